@@ -1,0 +1,175 @@
+"""Benchmark CLI: the modes interleaved per prompt, greedy, in one run; speedups are relative to ``target``.
+
+python -m engine.bench --prompts FILE.jsonl [--target NAME] [--draft NAME] [--k K|auto] [--max-new-tokens N]
+                       [--modes target,spec,hf-assisted] [--dtype bf16] [--json OUT]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+import torch
+from tqdm.auto import tqdm
+
+from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
+from engine.config import SamplingConfig, SpecConfig
+from engine.session import ChatEngine
+
+WARMUP_PROMPT = "Say hello."
+
+
+def _drain(events) -> dict:
+    done = None
+    for event in events:
+        if event.type == "done":
+            done = event
+    stats = done.stats
+    return {"tokens": list(done.token_ids), "acceptance_rate": stats.acceptance_rate,
+            "mean_accepted": stats.mean_accepted}
+
+
+def run_target(engine: ChatEngine, messages, sampling, spec) -> dict:
+    result = _drain(engine.generate_reference(messages, sampling))
+    return {**result, "acceptance_rate": None, "mean_accepted": None}
+
+
+def run_spec(engine: ChatEngine, messages, sampling, spec) -> dict:
+    return _drain(engine.generate(messages, sampling, spec))
+
+
+@torch.inference_mode()
+def run_hf_assisted(engine: ChatEngine, messages, sampling, spec) -> dict:
+    """transformers' own assisted generation on the same loaded models."""
+    prompt = torch.tensor([engine.encode(messages, sampling)], device=engine.target.device)
+    out = engine.target.model.generate(prompt, attention_mask=torch.ones_like(prompt),
+                                       assistant_model=engine.draft.model, do_sample=False,
+                                       max_new_tokens=sampling.max_new_tokens,
+                                       eos_token_id=sorted(engine.target.eos_ids), pad_token_id=0)
+    tokens = out[0, prompt.shape[1]:].tolist()
+    for i, token in enumerate(tokens):
+        if token in engine.target.eos_ids:
+            tokens = tokens[:i]
+            break
+    return {"tokens": tokens, "acceptance_rate": None, "mean_accepted": None}
+
+
+MODES: dict[str, Callable] = {"target": run_target, "spec": run_spec, "hf-assisted": run_hf_assisted}
+
+
+@torch.inference_mode()
+def first_divergence(engine: ChatEngine, messages, sampling, reference: list[int], other: list[int]) -> dict | None:
+    """Where ``other`` first differs from the reference, and the target's top-2 logit margin there."""
+    index = next((i for i, (a, b) in enumerate(zip(reference, other)) if a != b), None)
+    if index is None:
+        return None if len(reference) == len(other) else {"index": min(len(reference), len(other)),
+                                                         "note": "one stopped earlier"}
+    prompt = engine.encode(messages, sampling)
+    ids = torch.tensor([prompt + reference[:index]], device=engine.target.device)
+    logits = engine.target.model(ids, logits_to_keep=1).logits[0, -1, : engine.target.vocab_size].float()
+    top2 = torch.topk(logits, 2)
+    return {"index": index, "reference_token": reference[index], "other_token": other[index],
+            "top2_margin": float(top2.values[0] - top2.values[1]),
+            "other_minus_reference_logit": float(logits[other[index]] - logits[reference[index]])}
+
+
+def run_bench(engine: ChatEngine, prompts: list[dict], modes: list[str], spec: SpecConfig,
+              max_new_tokens: int) -> dict:
+    sampling = SamplingConfig(max_new_tokens=max_new_tokens)
+    for mode in modes:  # warm-up: first calls pay for allocation and lazy init
+        MODES[mode](engine, [{"role": "user", "content": WARMUP_PROMPT}], SamplingConfig(max_new_tokens=8), spec)
+    runs = []
+    with tqdm(total=len(prompts) * len(modes), desc="bench", unit="run") as bar:
+        for item in prompts:
+            messages = [{"role": "user", "content": item["prompt"]}]
+            reference = None
+            for mode in modes:
+                bar.set_postfix_str(f"{item['id']} / {mode}")
+                start = time.perf_counter()
+                result = MODES[mode](engine, messages, sampling, spec)
+                seconds = time.perf_counter() - start
+                tokens = result.pop("tokens")
+                if mode == "target":
+                    reference = tokens
+                run = {"id": item["id"], "kind": item.get("kind", ""), "mode": mode, "new_tokens": len(tokens),
+                       "seconds": seconds, "tokens_per_s": len(tokens) / seconds, **result,
+                       "identical_to_target": None if reference is None else tokens == reference}
+                if reference is not None and tokens != reference:
+                    run["first_divergence"] = first_divergence(engine, messages, sampling, reference, tokens)
+                runs.append(run)
+                bar.update()
+    return {"runs": runs, "summary": summarize(runs, modes)}
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def summarize(runs: list[dict], modes: list[str]) -> dict:
+    """Per mode: speedup over ``target`` on the same prompt (tokens/s ratio), overall and per kind."""
+    target_tps = {r["id"]: r["tokens_per_s"] for r in runs if r["mode"] == "target"}
+    summary = {}
+    for mode in modes:
+        mine = [r for r in runs if r["mode"] == mode and r["id"] in target_tps]
+        speedups = [r["tokens_per_s"] / target_tps[r["id"]] for r in mine]
+        by_kind = defaultdict(list)
+        for r, s in zip(mine, speedups):
+            by_kind[r["kind"]].append(s)
+        identical = [r["identical_to_target"] for r in mine if r["identical_to_target"] is not None]
+        summary[mode] = {"speedup_geomean": _geomean(speedups), "speedup_min": min(speedups, default=float("nan")),
+                         "identical_fraction": sum(identical) / len(identical) if identical else None,
+                         "by_kind": {k: _geomean(v) for k, v in sorted(by_kind.items())}}
+    return summary
+
+
+def format_table(result: dict) -> str:
+    lines = [f"{'id':<24} {'mode':<12} {'tokens':>6} {'s':>7} {'tok/s':>7} {'accept':>7} {'same':>5}"]
+    for r in result["runs"]:
+        acc = "" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
+        same = "" if r["identical_to_target"] is None else ("yes" if r["identical_to_target"] else "NO")
+        lines.append(f"{r['id']:<24} {r['mode']:<12} {r['new_tokens']:>6} {r['seconds']:>7.2f} "
+                     f"{r['tokens_per_s']:>7.2f} {acc:>7} {same:>5}")
+    lines.append("")
+    for mode, s in result["summary"].items():
+        kinds = "  ".join(f"{k}={v:.2f}x" for k, v in s["by_kind"].items())
+        ident = "" if s["identical_fraction"] is None else f" identical={s['identical_fraction']:.2f}"
+        lines.append(f"{mode:<12} speedup geomean={s['speedup_geomean']:.2f}x min={s['speedup_min']:.2f}x"
+                     f"{ident}  by kind: {kinds}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", required=True, help="JSONL with {id, kind, prompt} per line")
+    parser.add_argument("--target", default=DEFAULT_TARGET)
+    parser.add_argument("--draft", default=DEFAULT_DRAFT)
+    parser.add_argument("--k", default="4", help="draft length, or 'auto' for adaptive")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--modes", default="target,spec,hf-assisted")
+    parser.add_argument("--dtype", default="bf16", help="precision of both models: bf16, fp32, int8, nf4")
+    parser.add_argument("--json", help="write the runs and summary here")
+    args = parser.parse_args(argv)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        parser.error(f"unknown mode(s) {unknown}; choose from {', '.join(MODES)}")
+    if "target" in modes:
+        modes.remove("target")
+    modes.insert(0, "target")
+    spec = SpecConfig(adaptive=True) if args.k == "auto" else SpecConfig(k=int(args.k))
+    with open(args.prompts) as f:
+        prompts = [json.loads(line) for line in f if line.strip()]
+    engine = ChatEngine()
+    engine.load_pair(args.target, args.draft, args.dtype, args.dtype)
+    result = run_bench(engine, prompts, modes, spec, args.max_new_tokens)
+    print(format_table(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

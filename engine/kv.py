@@ -1,0 +1,51 @@
+"""A model plus its KV cache, with the one place where cache state changes.
+
+Invariant (checked in tests): ``cache length == len(tokens)``, i.e. the cache holds exactly the tokens this
+model has consumed. ``sync`` rolls back to the longest prefix still valid for a new context; ``forward`` feeds
+new tokens. Positions follow from the cache length; nothing moves them behind the caller's back.
+"""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+
+class CachedModel:
+    def __init__(self, model, vocab_size: int):
+        self.model = model
+        self.vocab_size = vocab_size  # logits are cut to the tokenizer's vocabulary (padding rows dropped)
+        self.device = next(model.parameters()).device
+        self.tokens: list[int] = []
+        self.cache = DynamicCache(config=model.config)
+
+    def reset(self) -> None:
+        self.tokens = []
+        self.cache = DynamicCache(config=self.model.config)
+
+    def cache_len(self) -> int:
+        return self.cache.get_seq_length()
+
+    def rollback(self, n_tokens: int) -> None:
+        """Keep only the first ``n_tokens`` consumed tokens."""
+        if n_tokens < len(self.tokens):
+            self.cache.crop(n_tokens - len(self.tokens))  # transformers 5: a negative count removes tokens
+            del self.tokens[n_tokens:]
+
+    def sync(self, context_ids: list[int]) -> list[int]:
+        """Roll back to the common prefix with ``context_ids``; return the tokens still to feed.
+
+        At least the last context token is always returned: its logits predict what comes next.
+        """
+        n = min(len(self.tokens), len(context_ids) - 1)
+        if self.tokens[:n] != context_ids[:n]:
+            n = next(i for i, (a, b) in enumerate(zip(self.tokens, context_ids)) if a != b)
+        self.rollback(n)
+        return context_ids[n:]
+
+    @torch.inference_mode()
+    def forward(self, new_ids: list[int], n_logits: int = 0) -> torch.Tensor:
+        """Feed ``new_ids``; return float32 logits of the last ``n_logits`` positions (0 = all): (n, vocab)."""
+        input_ids = torch.tensor([new_ids], device=self.device)
+        out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=n_logits)
+        self.tokens.extend(new_ids)
+        return out.logits[0, :, : self.vocab_size].float().cpu()

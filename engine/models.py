@@ -1,0 +1,118 @@
+"""Load any model through one function: a built-in name, an HF hub id, a local HF directory or a .gguf file."""
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from engine.catalog import BUILTIN_MODELS, builtin_dir, user_gguf_dir
+from engine.config import check_precision
+from engine.errors import IncompatiblePairError, UnknownModelError
+
+# bitsandbytes int8 on CPU warns on every matmul; the cast it announces is expected
+warnings.filterwarnings("ignore", message="MatMul8bitLt: inputs will be cast")
+logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
+
+END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>")
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    precision: str
+    model: object  # a transformers PreTrainedModel
+    tokenizer: object
+    vocab_size: int  # tokenizer vocabulary; logits beyond it are padding rows
+    eos_ids: frozenset[int]
+    context_window: int
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def default_precision(device: torch.device) -> str:
+    return "nf4" if device.type == "cuda" else "bf16"
+
+
+def resolve_source(name: str) -> str:
+    """A directory or hub id that ``from_pretrained`` understands, converting GGUF files on first use."""
+    name = name.strip()
+    if name in BUILTIN_MODELS:
+        return str(builtin_dir(name))
+    path = Path(os.path.expanduser(name))
+    if path.is_file() and path.suffix == ".gguf":
+        return str(user_gguf_dir(path))
+    if path.is_dir() and (path / "config.json").exists():
+        return str(path)
+    looks_like_hub_id = name.count("/") == 1 and not path.exists() and all(name.split("/"))
+    if looks_like_hub_id:
+        return name
+    raise UnknownModelError(f"unknown model {name!r}: not a built-in name, a .gguf file, a local HF directory "
+                            f"or a hub id (org/name). Built-in models: {', '.join(BUILTIN_MODELS)}")
+
+
+def _quantization_kwargs(precision: str, device: torch.device) -> dict:
+    if precision in ("bf16", "fp32"):
+        return {"dtype": torch.bfloat16 if precision == "bf16" else torch.float32}
+    from transformers import BitsAndBytesConfig
+    if precision == "int8":
+        config = BitsAndBytesConfig(load_in_8bit=True)
+    else:
+        config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                    bnb_4bit_compute_dtype=torch.bfloat16)
+    return {"quantization_config": config, "dtype": torch.bfloat16, "device_map": {"": device.index or 0}
+            if device.type == "cuda" else {"": "cpu"}}
+
+
+def load_model(name: str, precision: str | None = None, device: torch.device | None = None) -> LoadedModel:
+    """Load ``name`` at ``precision`` (bf16, fp32, int8, nf4). Raises UnknownModelError with the built-in names."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = device or default_device()
+    precision = check_precision(precision or default_precision(device))
+    source = resolve_source(name)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, **_quantization_kwargs(precision, device))
+    except (OSError, ValueError) as err:
+        raise UnknownModelError(f"could not load {name!r}: {str(err).splitlines()[0]}. "
+                                f"Built-in models: {', '.join(BUILTIN_MODELS)}") from err
+    if precision in ("bf16", "fp32"):
+        model = model.to(device)
+    model.eval()
+    return wrap_model(name, precision, model, tokenizer)
+
+
+def wrap_model(name: str, precision: str, model, tokenizer) -> LoadedModel:
+    """Describe an already-built model (used by tests with tiny random models too)."""
+    vocab = tokenizer.get_vocab() if tokenizer is not None else {}
+    eos = set()
+    for source in (getattr(tokenizer, "eos_token_id", None), model.generation_config.eos_token_id):
+        eos.update(source if isinstance(source, (list, tuple)) else [source] if source is not None else [])
+    eos.update(vocab[t] for t in END_TOKENS if t in vocab)
+    vocab_size = len(tokenizer) if tokenizer is not None else model.config.vocab_size
+    return LoadedModel(name=name, precision=precision, model=model, tokenizer=tokenizer,
+                       vocab_size=min(vocab_size, model.get_output_embeddings().weight.shape[0]),
+                       eos_ids=frozenset(eos), context_window=int(getattr(model.config, "max_position_embeddings",
+                                                                             4096)),
+                       device=next(model.parameters()).device)
+
+
+def check_pair(target: LoadedModel, draft: LoadedModel) -> None:
+    """Draft and target must share a vocabulary (padding rows beyond it are fine)."""
+    if target.vocab_size != draft.vocab_size:
+        raise IncompatiblePairError(
+            f"draft {draft.name!r} has a vocabulary of {draft.vocab_size} tokens, target {target.name!r} has "
+            f"{target.vocab_size}; speculative decoding needs the same tokenizer")
+    t_vocab, d_vocab = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
+    if t_vocab != d_vocab:
+        differing = [tok for tok, i in t_vocab.items() if d_vocab.get(tok) != i]
+        raise IncompatiblePairError(
+            f"draft {draft.name!r} and target {target.name!r} tokenize differently: {len(differing)} tokens "
+            f"map to other ids (e.g. {differing[:3]!r}); pick a draft from the target's model family")

@@ -1,0 +1,38 @@
+"""The proposer interface. A proposer guesses the next tokens; the target decides (engine/verify.py).
+
+Siblings, not subclasses: draft model, n-gram lookup, cached answer, hybrid. Each is a small class with
+``reset``, ``propose`` and ``feedback``; the loop in engine/speculative.py only sees this protocol.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from engine.config import SamplingConfig
+
+
+@dataclass(frozen=True)
+class Draft:
+    tokens: list[int]
+    q_probs: torch.Tensor | None = None  # (len(tokens), vocab) draft distributions; None = one-hot draft
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+EMPTY_DRAFT = Draft(tokens=[])
+
+
+class Proposer(Protocol):
+    name: str
+
+    def reset(self, prompt_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
+        """Start a new generation for this prompt."""
+
+    def propose(self, context_ids: list[int], k: int) -> Draft:
+        """Up to ``k`` tokens that may follow ``context_ids`` (prompt + everything emitted so far)."""
+
+    def feedback(self, n_accepted: int, n_proposed: int) -> None:
+        """How many of the last draft's tokens the target kept."""

@@ -1,0 +1,35 @@
+"""Draft-model proposer: a small model of the same family runs k cheap autoregressive steps."""
+from __future__ import annotations
+
+import torch
+
+from engine.config import SamplingConfig
+from engine.kv import CachedModel
+from engine.proposers.base import Draft
+from engine.sampling import logits_to_probs, sample
+
+
+class DraftModelProposer:
+    name = "draft"
+
+    def __init__(self, draft: CachedModel):
+        self.draft = draft
+        self.sampling = SamplingConfig()
+        self.generator: torch.Generator | None = None
+
+    def reset(self, prompt_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
+        self.sampling, self.generator = sampling, generator
+
+    def propose(self, context_ids: list[int], k: int) -> Draft:
+        feed = self.draft.sync(context_ids)  # 4. roll back to what is still valid, feed the rest
+        tokens, q_rows = [], []
+        for _ in range(k):
+            q = logits_to_probs(self.draft.forward(feed, n_logits=1)[-1], self.sampling)  # (vocab,)
+            token = sample(q, self.sampling, self.generator)
+            tokens.append(token)
+            q_rows.append(q)
+            feed = [token]
+        return Draft(tokens, torch.stack(q_rows))  # q: (k, vocab)
+
+    def feedback(self, n_accepted: int, n_proposed: int) -> None:
+        """The draft cache is re-synced on the next ``propose``; nothing to learn here."""

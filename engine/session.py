@@ -10,17 +10,26 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
+from engine import cached_chat
 from engine.chat import encode_chat
 from engine.config import SamplingConfig, SpecConfig
 from engine.errors import InvalidSettingError
 from engine.events import Event
-from engine.kpolicy import FixedK
+from engine.kpolicy import AdaptiveK, FixedK, KPolicy
 from engine.kv import CachedModel
 from engine.models import LoadedModel, check_pair, load_model
 from engine.proposers import PROPOSERS
+from engine.proposers.cached_answer import CachedAnswerProposer
 from engine.reference import reference_generate
+from engine.semantic_cache import SemanticCache
 from engine.speculative import speculative_generate
 from engine.stream import TokenStream
+
+
+def k_policy(spec: SpecConfig) -> KPolicy:
+    if spec.adaptive:
+        return AdaptiveK(k_init=min(max(spec.k, spec.k_min), spec.k_max), k_min=spec.k_min, k_max=spec.k_max)
+    return FixedK(spec.k)
 
 
 @dataclass(frozen=True)
@@ -33,7 +42,8 @@ class PairInfo:
 
 
 class ChatEngine:
-    def __init__(self):
+    def __init__(self, cache: SemanticCache | None = None):
+        self.cache = cache
         self.target: LoadedModel | None = None
         self.draft: LoadedModel | None = None
         self._lock = threading.Lock()
@@ -85,15 +95,33 @@ class ChatEngine:
                            sampling.stop_on_eos)
 
     def generate(self, messages: list[dict], sampling: SamplingConfig, spec: SpecConfig,
-                 cancel: threading.Event | None = None) -> Iterator[Event]:
-        """Speculative decoding of the assistant's answer to ``messages``."""
+                 cancel: threading.Event | None = None, cache_mode: str = "verify",
+                 cache_threshold: float | None = None) -> Iterator[Event]:
+        """The assistant's answer to ``messages``: from the cache, or by speculative decoding.
+
+        Yields a CacheEvent first, then TokenEvents and StatsEvents, and a DoneEvent last.
+        """
         prompt_ids = self.encode(messages, sampling)
         if spec.proposer not in PROPOSERS:
             raise InvalidSettingError(f"unknown proposer {spec.proposer!r}; choose one of {', '.join(PROPOSERS)}")
+        if cache_mode not in cached_chat.CACHE_MODES:
+            raise InvalidSettingError(f"cache mode must be one of {', '.join(cached_chat.CACHE_MODES)}")
+        hit, cache_event = cached_chat.lookup(self.cache, self.target, messages, sampling, cache_mode,
+                                              cache_threshold)
+        yield cache_event
+        stream = self._stream(prompt_ids, sampling)
+        if hit.outcome in ("exact", "cached"):
+            yield from cached_chat.serve(hit, stream, self.cache)
+            return
         with self._lock:
-            proposer = PROPOSERS[spec.proposer](self._runner(self.draft))
-            yield from speculative_generate(self._runner(self.target), proposer, prompt_ids,
-                                            self._stream(prompt_ids, sampling), sampling, FixedK(spec.k), cancel)
+            proposer = PROPOSERS[spec.proposer](self._runner(self.draft), spec.adaptive)
+            if hit.outcome == "verified":  # the cached answer becomes the draft; the target has the last word
+                proposer = CachedAnswerProposer(list(hit.answer_token_ids), fallback=proposer)
+            for event in speculative_generate(self._runner(self.target), proposer, prompt_ids, stream, sampling,
+                                              k_policy(spec), cancel):
+                if event.type == "done":
+                    cached_chat.remember(self.cache, self.target, messages, sampling, event)
+                yield event
 
     def generate_reference(self, messages: list[dict], sampling: SamplingConfig,
                            cancel: threading.Event | None = None) -> Iterator[Event]:

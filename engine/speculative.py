@@ -15,7 +15,7 @@ from engine.config import SamplingConfig
 from engine.events import Event, TokenEvent
 from engine.kpolicy import FixedK, KPolicy
 from engine.kv import CachedModel
-from engine.proposers.base import EMPTY_DRAFT, Draft, Proposer
+from engine.proposers.base import Draft, Proposer
 from engine.sampling import logits_to_probs, make_generator
 from engine.stream import StatsTracker, TokenStream
 from engine.verify import Verdict, verify_greedy, verify_rejection
@@ -34,23 +34,25 @@ def speculative_generate(target: CachedModel, proposer: Proposer, prompt_ids: li
         if cancel is not None and cancel.is_set():
             yield stream.done(stats.snapshot(len(stream.token_ids)), reason="cancelled")
             return
-        k = min(k_policy.next_k(), stream.remaining - 1)
-        # 1. propose
-        t = time.perf_counter()
-        draft = proposer.propose(context, k) if k > 0 else EMPTY_DRAFT
-        stats.draft_s += time.perf_counter() - t
+        budget = stream.remaining - 1  # draft tokens beyond this could never be emitted
+        # 1. propose (k = 0 asks only for free drafts, e.g. a prompt lookup; a model proposer returns none)
+        t0 = time.perf_counter()
+        draft = proposer.propose(context, min(k_policy.next_k(), budget)).truncate(budget)
+        t1 = time.perf_counter()
         # 2. verify: one target forward over [tokens the target has not seen, *draft]
-        t = time.perf_counter()
         feed = target.sync(context)
         logits = target.forward(feed + draft.tokens, n_logits=len(draft) + 1)  # (k+1, vocab)
         p_target = logits_to_probs(logits, sampling)
         # 3. accept
         verdict = _verify(p_target, draft, sampling, generator)
-        stats.verify_s += time.perf_counter() - t
+        t2 = time.perf_counter()
         # 4. roll back the target to the accepted prefix (the new token is fed next step)
         target.rollback(len(context) + verdict.n_accepted)
         proposer.feedback(verdict.n_accepted, len(draft))
-        k_policy.update(verdict.n_accepted, len(draft), stats)
+        model_draft = len(draft) if draft.q_probs is not None else 0  # one-hot drafts are free: not k's business
+        k_policy.update(verdict.n_accepted, model_draft, t1 - t0, t2 - t1)
+        stats.draft_s += t1 - t0
+        stats.verify_s += t2 - t1
         stats.fallback = k_policy.fallback
         stats.record_step(len(draft), verdict.n_accepted)
         # 5. emit

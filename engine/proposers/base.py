@@ -21,6 +21,11 @@ class Draft:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def truncate(self, n: int) -> Draft:
+        if len(self.tokens) <= n:
+            return self
+        return Draft(self.tokens[:n], self.q_probs[:n] if self.q_probs is not None else None)
+
 
 EMPTY_DRAFT = Draft(tokens=[])
 

@@ -5,15 +5,16 @@ import torch
 
 from engine.config import SamplingConfig
 from engine.kv import CachedModel
-from engine.proposers.base import Draft
+from engine.proposers.base import EMPTY_DRAFT, Draft
 from engine.sampling import logits_to_probs, sample
 
 
 class DraftModelProposer:
     name = "draft"
 
-    def __init__(self, draft: CachedModel):
+    def __init__(self, draft: CachedModel, min_confidence: float = 0.0):
         self.draft = draft
+        self.min_confidence = min_confidence  # stop drafting once P(all drafted tokens right) looks lower
         self.sampling = SamplingConfig()
         self.generator: torch.Generator | None = None
 
@@ -21,15 +22,20 @@ class DraftModelProposer:
         self.sampling, self.generator = sampling, generator
 
     def propose(self, context_ids: list[int], k: int) -> Draft:
-        feed = self.draft.sync(context_ids)  # 4. roll back to what is still valid, feed the rest
-        tokens, q_rows = [], []
+        if k <= 0:
+            return EMPTY_DRAFT
+        feed = self.draft.sync(context_ids)  # roll back to what is still valid, feed the rest
+        tokens, q_rows, confidence = [], [], 1.0
         for _ in range(k):
             q = logits_to_probs(self.draft.forward(feed, n_logits=1)[-1], self.sampling)  # (vocab,)
             token = sample(q, self.sampling, self.generator)
             tokens.append(token)
             q_rows.append(q)
+            confidence *= float(q[token])
+            if confidence < self.min_confidence:
+                break
             feed = [token]
-        return Draft(tokens, torch.stack(q_rows))  # q: (k, vocab)
+        return Draft(tokens, torch.stack(q_rows))  # q: (len(tokens), vocab)
 
     def feedback(self, n_accepted: int, n_proposed: int) -> None:
         """The draft cache is re-synced on the next ``propose``; nothing to learn here."""

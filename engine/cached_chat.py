@@ -1,0 +1,54 @@
+"""The semantic cache in front of generation: scope, lookup, serving a hit, storing a finished answer."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from engine.config import SamplingConfig
+from engine.events import CacheEvent, Event
+from engine.models import LoadedModel
+from engine.semantic_cache import CacheHit, SemanticCache, make_scope
+from engine.stream import StatsTracker, TokenStream
+
+CACHE_MODES = ("off", "verify", "direct")
+
+
+def chat_scope(target: LoadedModel, sampling: SamplingConfig, messages: list[dict]) -> str:
+    """Everything besides the last prompt that shapes the answer (the draft model does not)."""
+    system = "\n".join(m["content"] for m in messages if m["role"] == "system")
+    history = [m for m in messages[:-1] if m["role"] != "system"]
+    return make_scope(target.name, target.precision, sampling, system, history)
+
+
+def lookup(cache: SemanticCache | None, target: LoadedModel, messages: list[dict], sampling: SamplingConfig,
+           mode: str, threshold: float | None) -> tuple[CacheHit, CacheEvent]:
+    if cache is None or mode == "off":
+        return CacheHit("miss"), CacheEvent("off", reason="cache is off")
+    if not sampling.greedy and sampling.seed is None:
+        return CacheHit("miss"), CacheEvent("off", reason="sampling without a seed: every answer is a fresh draw")
+    hit = cache.lookup(messages[-1]["content"], chat_scope(target, sampling, messages), mode, threshold)
+    return hit, hit.to_event()
+
+
+def serve(hit: CacheHit, stream: TokenStream, cache: SemanticCache) -> Iterator[Event]:
+    """Replay a cached answer's tokens (kind ``cached``): no model runs."""
+    stats = StatsTracker(proposer="cache")
+    for token in hit.answer_token_ids:
+        event = stream.emit(token, "cached", 0)
+        if event is not None:
+            yield event
+        if stream.finish_reason:
+            break
+    stream.finish_reason = stream.finish_reason or "eos"
+    done = stream.done(stats.snapshot(len(stream.token_ids)))
+    cache.record_saved(max(0.0, float((hit.meta or {}).get("seconds", 0.0)) - done.stats.elapsed_s))
+    yield done
+
+
+def remember(cache: SemanticCache | None, target: LoadedModel, messages: list[dict], sampling: SamplingConfig,
+             done) -> bool:
+    """Store a finished answer; cancelled or truncated ones are never stored."""
+    if cache is None or (not sampling.greedy and sampling.seed is None):
+        return False
+    return cache.store(messages[-1]["content"], chat_scope(target, sampling, messages), done.text,
+                       done.token_ids, complete=done.finish_reason == "eos",
+                       meta={"seconds": done.stats.elapsed_s, "tokens": len(done.token_ids)})

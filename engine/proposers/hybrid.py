@@ -1,0 +1,33 @@
+"""Hybrid proposer: a prompt-lookup draft when the text so far repeats, the draft model otherwise."""
+from __future__ import annotations
+
+import torch
+
+from engine.config import SamplingConfig
+from engine.proposers.base import Draft
+from engine.proposers.draft_model import DraftModelProposer
+from engine.proposers.ngram import NgramProposer
+
+
+class HybridProposer:
+    name = "hybrid"
+
+    def __init__(self, lookup: NgramProposer, model: DraftModelProposer, lookup_span: int = 16):
+        self.lookup, self.model = lookup, model
+        self.lookup_span = lookup_span  # lookup drafts are free to make, so they may be longer than k
+        self.last_source = "model"
+
+    def reset(self, prompt_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
+        self.lookup.reset(prompt_ids, sampling, generator)
+        self.model.reset(prompt_ids, sampling, generator)
+
+    def propose(self, context_ids: list[int], k: int) -> Draft:
+        draft = self.lookup.propose(context_ids, max(k, self.lookup_span))
+        if len(draft):
+            self.last_source = "lookup"
+            return draft
+        self.last_source = "model"
+        return self.model.propose(context_ids, k)
+
+    def feedback(self, n_accepted: int, n_proposed: int) -> None:
+        (self.lookup if self.last_source == "lookup" else self.model).feedback(n_accepted, n_proposed)

@@ -1,0 +1,101 @@
+"""Every proposer keeps the loop lossless: greedy equality and the sampling distribution (tiny fp32 models)."""
+import pytest
+import torch
+
+from engine.config import SamplingConfig
+from engine.kpolicy import AdaptiveK, FixedK, expected_tokens
+from engine.models import wrap_model
+from engine.proposers import CONFIDENCE_CUTOFF, DraftModelProposer, HybridProposer, NgramProposer
+from engine.proposers.cached_answer import CachedAnswerProposer
+from engine.proposers.ngram import ngram_lookup
+from engine.reference import reference_generate
+from engine.speculative import speculative_generate
+from engine.stream import TokenStream
+from tests.test_loop import exact_sequence_probs, run, sequence_distribution, total_variation
+from tests.tiny import ByteTokenizer, cached, tiny_model, tiny_pair
+
+
+def test_ngram_lookup_continues_the_latest_longest_match():
+    context = [1, 2, 3, 9, 1, 2, 3, 7, 8, 5, 1, 2, 3]
+    assert ngram_lookup(context, 2) == [7, 8]  # latest earlier "1 2 3" is followed by 7 8
+    assert ngram_lookup([4, 5, 6], 3) == []
+    assert ngram_lookup([1, 2, 3, 4], 3, source=[0, 3, 4, 5, 6, 7]) == [5, 6, 7]
+
+
+def test_cached_answer_proposer_follows_then_realigns_after_a_correction():
+    answer = [10, 11, 12, 13, 14, 15, 16]
+    proposer = CachedAnswerProposer(answer, fallback=NgramProposer(), span=3)
+    prompt = [1, 2]
+    proposer.reset(prompt, SamplingConfig(), torch.Generator())
+    assert proposer.propose(prompt, 4).tokens == [10, 11, 12]
+    assert proposer.propose(prompt + [10, 11], 4).tokens == [12, 13, 14]
+    # the target replaced 12 by 99 and went on with 13 14: re-align after "13 14" in the cached answer
+    assert proposer.propose(prompt + [10, 11, 99, 13, 14], 4).tokens == [15, 16]
+
+
+def test_adaptive_k_grows_with_acceptance_and_falls_back_when_drafting_loses():
+    policy = AdaptiveK(k_init=4, k_max=16)
+    for _ in range(10):
+        policy.update(8, 8, draft_s=0.08, verify_s=0.2)  # cheap draft, always right
+    assert policy.next_k() >= 8 and not policy.fallback
+    losing = AdaptiveK(k_init=4, probe_every=3)
+    for _ in range(10):
+        losing.update(0, 4, draft_s=0.4, verify_s=0.2)  # expensive draft, always wrong
+    ks = [losing.next_k() for _ in range(6)]
+    assert losing.fallback and ks.count(0) >= 4 and max(ks) > 0  # target-only steps, with probes
+
+
+def test_expected_tokens_formula():
+    assert expected_tokens(0.0, 5) == 1.0
+    assert expected_tokens(1.0, 5) == 6.0
+    assert abs(expected_tokens(0.5, 2) - 1.75) < 1e-9
+
+
+PROPOSERS = {
+    "lookup": lambda d: (NgramProposer(), FixedK(8)),
+    "hybrid": lambda d: (HybridProposer(NgramProposer(), DraftModelProposer(d)), FixedK(3)),
+    "hybrid-adaptive": lambda d: (HybridProposer(NgramProposer(), DraftModelProposer(d, CONFIDENCE_CUTOFF)),
+                                  AdaptiveK(k_init=2, k_max=6)),
+    "draft-adaptive": lambda d: (DraftModelProposer(d, CONFIDENCE_CUTOFF), AdaptiveK(k_init=3)),
+    "cached-answer": lambda d: (CachedAnswerProposer([5, 6, 7, 8, 9] * 4, DraftModelProposer(d), span=6),
+                                FixedK(3)),
+}
+
+
+def generate(target, proposer, policy, prompt, sampling):
+    stream = TokenStream(target.tokenizer, target.eos_ids, sampling.max_new_tokens, sampling.stop_on_eos)
+    return run(speculative_generate(cached(target), proposer, prompt, stream, sampling, policy))[-1]
+
+
+@pytest.mark.parametrize("name", PROPOSERS)
+@pytest.mark.parametrize("seed", range(3))
+def test_greedy_equality_for_every_proposer(name, seed):
+    target, draft = tiny_pair(seed)
+    prompt = [5, 6, 7, 8, 5, 6, 7, 8, 5, 6][: 4 + 3 * seed]  # repeats, so lookups find matches
+    sampling = SamplingConfig(max_new_tokens=48, stop_on_eos=False)
+    proposer, policy = PROPOSERS[name](cached(draft))
+    ref = run(reference_generate(cached(target), prompt, TokenStream(target.tokenizer, target.eos_ids, 48, False),
+                                 sampling))[-1]
+    spec = generate(target, proposer, policy, prompt, sampling)
+    assert spec.token_ids == ref.token_ids
+    assert spec.stats.proposed > 0
+
+
+@pytest.mark.parametrize("name", ["lookup", "hybrid", "cached-answer"])
+def test_sampling_distribution_for_one_hot_and_mixed_drafts(name):
+    vocab, n = 5, 2500
+    target_model = tiny_model(3, vocab=vocab)
+    draft_model = tiny_model(4, vocab=vocab, base=target_model, noise=0.4)
+    tok = ByteTokenizer()
+    target, draft = wrap_model("t", "fp32", target_model, tok), wrap_model("d", "fp32", draft_model, tok)
+    prompt = [1, 2, 1, 2, 1]  # lookup proposes "2 1 2 ..."
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=3, stop_on_eos=False)
+    exact = exact_sequence_probs(target_model, prompt, 3, sampling)
+
+    def spec(i):
+        proposer, policy = (PROPOSERS[name] if name != "cached-answer" else
+                            (lambda d: (CachedAnswerProposer([2, 1, 2], DraftModelProposer(d)), FixedK(2))))(
+            cached(draft))
+        return generate(target, proposer, policy, prompt, SamplingConfig(**{**sampling.__dict__, "seed": i}))
+    tv = total_variation(sequence_distribution(spec, n), exact, n)
+    assert tv < 0.1, tv

@@ -1,0 +1,242 @@
+"""Semantic cache: scopes, outcomes, guards in direct mode, persistence, corruption, processes, TTL, scale."""
+import glob
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.config import SamplingConfig
+from engine.embedder import HashEmbedder, load_default_embedder
+from engine.errors import InvalidSettingError
+from engine.semantic_cache import CacheHit, SemanticCache, entry_key, make_scope, normalise_prompt
+
+REPO = Path(__file__).resolve().parents[1]
+SCOPE = make_scope("qwen-1.5b", "bf16", SamplingConfig(), "You are helpful.", [])
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return load_default_embedder()
+
+
+class PrefixBlindEmbedder(HashEmbedder):
+    """Fake: ignores a leading "please ", so "please X" is a semantic (not exact) match of "X"."""
+
+    def encode(self, texts):
+        return super().encode([t.removeprefix("please ") for t in texts])
+
+
+def _store(cache, prompt, scope=SCOPE, answer="an answer", complete=True):
+    return cache.store(prompt, scope, answer, [1, 2, 3], complete=complete)
+
+
+# ---- scope --------------------------------------------------------------------------------------
+def test_make_scope_is_stable_and_covers_what_shapes_the_answer():
+    base = dict(target="t", precision="bf16", sampling=SamplingConfig(), system_prompt="sys",
+                history=[{"role": "user", "content": "hi"}])
+    assert make_scope(**base) == make_scope(**base)
+    variants = [dict(target="t2"), dict(precision="int8"), dict(sampling=SamplingConfig(temperature=0.7)),
+                dict(sampling=SamplingConfig(top_p=0.9)), dict(sampling=SamplingConfig(top_k=40)),
+                dict(system_prompt="other"), dict(history=[]), dict(history=[{"role": "user", "content": "yo"}])]
+    scopes = {make_scope(**{**base, **v}) for v in variants}
+    assert len(scopes) == len(variants) and make_scope(**base) not in scopes
+    # the seed matters only when sampling; max_new_tokens never
+    assert make_scope(**{**base, "sampling": SamplingConfig(seed=1)}) == make_scope(**base)
+    assert make_scope(**{**base, "sampling": SamplingConfig(max_new_tokens=9)}) == make_scope(**base)
+    hot = lambda seed: make_scope(**{**base, "sampling": SamplingConfig(temperature=0.7, seed=seed)})  # noqa: E731
+    assert hot(1) != hot(2)
+
+
+def test_lookup_never_crosses_scopes(tmp_path, minilm):
+    cache = SemanticCache(tmp_path / "c", minilm, mode="direct")
+    _store(cache, "What is the capital of France?")
+    others = [make_scope("llama-3b", "bf16", SamplingConfig(), "You are helpful.", []),
+              make_scope("qwen-1.5b", "bf16", SamplingConfig(temperature=0.8), "You are helpful.", []),
+              make_scope("qwen-1.5b", "bf16", SamplingConfig(), "Answer in French.", []),
+              make_scope("qwen-1.5b", "bf16", SamplingConfig(), "You are helpful.",
+                         [{"role": "user", "content": "x"}])]
+    for scope in others:
+        assert cache.lookup("What is the capital of France?", scope).outcome == "miss"
+        assert cache.lookup("Which city is France's capital?", scope).outcome == "miss"
+    assert cache.lookup("What is the capital of France?", SCOPE).outcome == "exact"
+
+
+# ---- outcomes -----------------------------------------------------------------------------------
+def test_exact_hit_ignores_case_whitespace_and_trailing_punctuation(tmp_path, minilm):
+    cache = SemanticCache(tmp_path / "c", minilm)
+    assert _store(cache, "How do I reverse a list in Python?", answer="xs[::-1]")
+    assert normalise_prompt("  how do I   reverse a LIST in python ?!") == "how do i reverse a list in python"
+    hit = cache.lookup("  how do I   reverse a LIST in python ?!", SCOPE)
+    assert hit == CacheHit("exact", entry_key(SCOPE, "How do I reverse a list in Python?"),
+                           "How do I reverse a list in Python?", "xs[::-1]", (1, 2, 3), 1.0, "")
+    assert hit.to_event().outcome == "exact"
+
+
+def test_verify_mode_sends_every_semantic_hit_to_verification(tmp_path, minilm):
+    cache = SemanticCache(tmp_path / "c", minilm)  # mode="verify" by default
+    _store(cache, "How do I reverse a list in Python?")
+    for prompt in ("What's the way to reverse a Python list?", "How do I reverse a string in Python?"):
+        hit = cache.lookup(prompt, SCOPE)
+        assert hit.outcome == "verified" and hit.similarity >= cache.threshold and hit.answer == "an answer"
+    assert cache.lookup("What is the tallest building in Asia?", SCOPE).outcome == "miss"
+
+
+def test_direct_mode_serves_only_hits_that_pass_the_guards(tmp_path, minilm):
+    cache = SemanticCache(tmp_path / "c", minilm, mode="direct")
+    _store(cache, "Convert 100 Celsius to Fahrenheit.")
+    served = cache.lookup("What is 100 degrees Celsius in Fahrenheit?", SCOPE)
+    assert served.outcome == "cached" and served.reason == ""
+    swapped = cache.lookup("Convert 100 Fahrenheit to Celsius.", SCOPE)
+    assert swapped.outcome == "verified" and swapped.similarity > 0.95 and "order" in swapped.reason
+    other_number = cache.lookup("Convert 37 Celsius to Fahrenheit.", SCOPE)
+    assert other_number.outcome == "verified" and "numbers" in other_number.reason
+    assert swapped.to_event().reason == swapped.reason
+
+
+def test_incomplete_answers_are_never_stored(tmp_path, minilm):
+    cache = SemanticCache(tmp_path / "c", minilm)
+    assert _store(cache, "Tell me a long story", complete=False) is False
+    assert cache.store("   ", SCOPE, "x", [1], complete=True) is False
+    assert len(cache) == 0 and cache.lookup("Tell me a long story", SCOPE).outcome == "miss"
+
+
+# ---- persistence, deletion, TTL, eviction --------------------------------------------------------
+def test_entries_survive_reopening(tmp_path, minilm):
+    with SemanticCache(tmp_path / "c", minilm) as cache:
+        _store(cache, "Why is the sky blue?", answer="Rayleigh scattering")
+    with SemanticCache(tmp_path / "c", minilm) as cache:
+        assert len(cache) == 1
+        assert cache.lookup("why is the sky blue", SCOPE).answer == "Rayleigh scattering"
+        assert cache.lookup("What makes the sky appear blue?", SCOPE).outcome == "verified"
+
+
+def test_delete_clear_entries_and_stats(tmp_path):
+    cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder(), mode="direct")
+    for i in range(3):
+        _store(cache, f"question {i}", answer=f"answer {i}")
+    listed = cache.entries(limit=2)
+    assert [e["prompt"] for e in listed] == ["question 2", "question 1"]
+    assert set(listed[0]) == {"key", "prompt", "answer", "scope", "created"}
+    assert cache.delete(entry_key(SCOPE, "question 1")) is True
+    assert cache.lookup("question 1", SCOPE).outcome == "miss"
+    assert cache.lookup("please question 1", SCOPE).outcome == "miss"  # gone from the index too
+    assert cache.lookup("please question 0", SCOPE).outcome == "cached"
+    cache.record_saved(1.5)
+    stats = cache.stats()
+    assert stats["lookups"] == 3 and stats["misses"] == 2 and stats["hits"]["cached"] == 1
+    assert stats["time_saved_s"] == 1.5 and stats["entries"] == 2
+    cache.clear()
+    assert len(cache) == 0 and cache.lookup("question 0", SCOPE).outcome == "miss"
+
+
+def test_ttl_expires_entries(tmp_path):
+    cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder(), ttl_s=0.2)
+    _store(cache, "short lived")
+    assert cache.lookup("short lived", SCOPE).outcome == "exact"
+    time.sleep(0.3)
+    assert cache.lookup("short lived", SCOPE).outcome == "miss"
+    assert cache.lookup("please short lived", SCOPE).outcome == "miss"
+    assert len(cache) == 0
+
+
+def test_size_limit_evicts_oldest(tmp_path):
+    cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder(), size_limit_bytes=200_000)
+    for i in range(300):
+        _store(cache, f"prompt {i}", answer="x" * 4000)
+    assert len(cache) < 300
+    assert cache.lookup("prompt 299", SCOPE).outcome == "exact"
+    assert cache.lookup("prompt 0", SCOPE).outcome == "miss"
+    assert cache.lookup("please prompt 0", SCOPE).outcome == "miss"  # stale index row skipped, no error
+
+
+# ---- corruption -----------------------------------------------------------------------------------
+def test_corrupt_database_is_moved_aside_and_rebuilt(tmp_path, minilm):
+    directory = tmp_path / "c"
+    with SemanticCache(directory, minilm) as cache:
+        _store(cache, "What is a monad?")
+    for f in directory.glob("cache.db*"):
+        f.write_bytes(b"\x00garbage, not sqlite" * 500)
+    with pytest.warns(RuntimeWarning, match="moved to"):
+        cache = SemanticCache(directory, minilm)
+    assert len(cache) == 0 and len(glob.glob(f"{directory}.corrupt-*")) == 1
+    assert _store(cache, "What is a monad?") and cache.lookup("What is a monad?", SCOPE).outcome == "exact"
+
+
+def test_corruption_under_an_open_cache_is_recovered(tmp_path):
+    cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder())
+    _store(cache, "before")
+    for f in (tmp_path / "c").glob("cache.db*"):
+        f.write_bytes(b"\x00garbage" * 5000)
+    with pytest.warns(RuntimeWarning):
+        assert cache.lookup("before", SCOPE).outcome == "miss"
+    assert _store(cache, "after") and cache.lookup("after", SCOPE).outcome == "exact" and len(cache) == 1
+
+
+def test_file_in_place_of_the_directory_is_moved_aside(tmp_path):
+    directory = tmp_path / "c"
+    directory.write_text("not a directory")
+    with pytest.warns(RuntimeWarning):
+        cache = SemanticCache(directory, PrefixBlindEmbedder())
+    assert directory.is_dir() and _store(cache, "hello there")
+    assert cache.lookup("hello there", SCOPE).outcome == "exact"
+
+
+# ---- processes and scale ---------------------------------------------------------------------------
+_WRITER = textwrap.dedent("""
+    import os, sys, time
+    from engine.embedder import HashEmbedder
+    from engine.semantic_cache import SemanticCache
+    directory, name, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    cache = SemanticCache(directory, HashEmbedder(64))
+    while not os.path.exists(go):  # start together
+        time.sleep(0.005)
+    for i in range(n):
+        assert cache.store(f"{name} question {i}", "scope", f"{name} answer {i}", [i], complete=True)
+""")
+
+
+def test_two_processes_writing_at_once_lose_nothing(tmp_path):
+    directory, n, go = str(tmp_path / "c"), 600, tmp_path / "go"
+    reader = SemanticCache(directory, PrefixBlindEmbedder(64))
+    assert len(reader) == 0  # index loaded before the writers start
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, directory, name, str(n), str(go)], cwd=REPO)
+             for name in ("alpha", "beta")]
+    time.sleep(0.5)
+    go.touch()
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert len(reader) == 2 * n
+    spans = {name: [e["created"] for e in reader.entries(limit=2 * n) if e["prompt"].startswith(name)]
+             for name in ("alpha", "beta")}
+    assert max(min(s) for s in spans.values()) < min(max(s) for s in spans.values())  # the writes overlapped
+    for name in ("alpha", "beta"):
+        for i in (0, n // 2, n - 1):
+            assert reader.lookup(f"{name} question {i}", "scope").answer == f"{name} answer {i}"
+            hit = reader.lookup(f"please {name} question {i}", "scope")  # semantic tier: reloaded index
+            assert hit.outcome == "verified" and hit.answer == f"{name} answer {i}"
+
+
+def test_lookup_over_10000_entries(tmp_path):
+    cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder(384))
+    for i in range(10_000):
+        _store(cache, f"entry {i}", answer=f"answer {i}")
+    assert len(cache) == 10_000
+    t0 = time.perf_counter()
+    hit = cache.lookup("please entry 4242", SCOPE)
+    elapsed = time.perf_counter() - t0
+    assert hit.outcome == "verified" and hit.answer == "answer 4242" and hit.similarity == pytest.approx(1.0)
+    assert cache.lookup("something else entirely", SCOPE).outcome == "miss"
+    assert elapsed < 0.5  # one (10000, 384) matmul; typically a few milliseconds
+    reopened = SemanticCache(tmp_path / "c", PrefixBlindEmbedder(384))
+    assert reopened.lookup("please entry 7", SCOPE).answer == "answer 7"
+
+
+def test_invalid_settings_are_rejected(tmp_path):
+    bad = (dict(mode="yolo"), dict(threshold=0.0), dict(threshold=1.5), dict(ttl_s=0), dict(size_limit_bytes=0))
+    for kwargs in bad:
+        with pytest.raises(InvalidSettingError):
+            SemanticCache(tmp_path / "c", HashEmbedder(8), **kwargs)
+    assert np.allclose(np.linalg.norm(HashEmbedder(8).encode(["a", "b"]), axis=1), 1.0)

@@ -46,6 +46,7 @@ class AdaptiveK:
         self.t_verify: float | None = None  # seconds per target forward
         self.fallback = False
         self._since_probe = 0
+        self._steps = 0
 
     @property
     def alpha(self) -> float:
@@ -68,10 +69,14 @@ class AdaptiveK:
 
     def update(self, n_accepted: int, n_proposed: int, draft_s: float, verify_s: float) -> None:
         """Feedback from a step with a model draft of ``n_proposed`` tokens (0 = a plain target step)."""
-        self.t_verify = verify_s if self.t_verify is None else 0.7 * self.t_verify + 0.3 * verify_s
+        first = self._steps == 0  # the first step also prefills the prompt: its timings say nothing
+        self._steps += 1
+        if not first:
+            self.t_verify = verify_s if self.t_verify is None else 0.7 * self.t_verify + 0.3 * verify_s
         if n_proposed == 0:
             return
-        per_token = draft_s / n_proposed
-        self.t_draft = per_token if self.t_draft is None else 0.7 * self.t_draft + 0.3 * per_token
+        if not first:
+            per_token = draft_s / n_proposed
+            self.t_draft = per_token if self.t_draft is None else 0.7 * self.t_draft + 0.3 * per_token
         self.accepted = self.decay * self.accepted + n_accepted
         self.rejected = self.decay * self.rejected + (1 if n_accepted < n_proposed else 0)

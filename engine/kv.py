@@ -17,6 +17,16 @@ class CachedModel:
         self.device = next(model.parameters()).device
         self.tokens: list[int] = []
         self.cache = DynamicCache(config=model.config)
+        self.head_ids: torch.Tensor | None = None  # with a trimmed head, only these tokens get logits
+        self._head_weight: torch.Tensor | None = None
+
+    def trim_head(self, token_ids: list[int] | None) -> None:
+        """Compute logits only for ``token_ids`` (others get -inf); None restores the full output head."""
+        if token_ids is None:
+            self.head_ids = self._head_weight = None
+            return
+        self.head_ids = torch.tensor(sorted(set(token_ids)), device=self.device)
+        self._head_weight = self.model.get_output_embeddings().weight[self.head_ids]  # (kept, hidden)
 
     def reset(self) -> None:
         self.tokens = []
@@ -46,6 +56,16 @@ class CachedModel:
     def forward(self, new_ids: list[int], n_logits: int = 0) -> torch.Tensor:
         """Feed ``new_ids``; return float32 logits of the last ``n_logits`` positions (0 = all): (n, vocab)."""
         input_ids = torch.tensor([new_ids], device=self.device)
+        if self.head_ids is not None:
+            return self._forward_trimmed(input_ids, n_logits)
         out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=n_logits)
         self.tokens.extend(new_ids)
         return out.logits[0, :, : self.vocab_size].float().cpu()
+
+    def _forward_trimmed(self, input_ids: torch.Tensor, n_logits: int) -> torch.Tensor:
+        hidden = self.model.get_decoder()(input_ids=input_ids, cache=self.cache, use_cache=True).last_hidden_state
+        self.tokens.extend(input_ids[0].tolist())
+        hidden = hidden[0, -n_logits:] if n_logits else hidden[0]  # (n, hidden)
+        logits = torch.full((hidden.shape[0], self.vocab_size), float("-inf"))
+        logits[:, self.head_ids.cpu()] = (hidden @ self._head_weight.T).float().cpu()  # (n, kept)
+        return logits

@@ -35,6 +35,7 @@ def test_cached_answer_proposer_follows_then_realigns_after_a_correction():
 
 def test_adaptive_k_grows_with_acceptance_and_falls_back_when_drafting_loses():
     policy = AdaptiveK(k_init=4, k_max=16)
+    policy.update(0, 4, draft_s=9.0, verify_s=9.0)  # the first step includes the prefill: ignored
     for _ in range(10):
         policy.update(8, 8, draft_s=0.08, verify_s=0.2)  # cheap draft, always right
     assert policy.next_k() >= 8 and not policy.fallback
@@ -57,6 +58,7 @@ PROPOSERS = {
     "hybrid-adaptive": lambda d: (HybridProposer(NgramProposer(), DraftModelProposer(d, CONFIDENCE_CUTOFF)),
                                   AdaptiveK(k_init=2, k_max=6)),
     "draft-adaptive": lambda d: (DraftModelProposer(d, CONFIDENCE_CUTOFF), AdaptiveK(k_init=3)),
+    "draft-trimmed-head": lambda d: (DraftModelProposer(d, head_tokens=3), FixedK(4)),
     "cached-answer": lambda d: (CachedAnswerProposer([5, 6, 7, 8, 9] * 4, DraftModelProposer(d), span=6),
                                 FixedK(3)),
 }
@@ -81,14 +83,14 @@ def test_greedy_equality_for_every_proposer(name, seed):
     assert spec.stats.proposed > 0
 
 
-@pytest.mark.parametrize("name", ["lookup", "hybrid", "cached-answer"])
+@pytest.mark.parametrize("name", ["lookup", "hybrid", "cached-answer", "draft-trimmed-head"])
 def test_sampling_distribution_for_one_hot_and_mixed_drafts(name):
     vocab, n = 5, 2500
     target_model = tiny_model(3, vocab=vocab)
     draft_model = tiny_model(4, vocab=vocab, base=target_model, noise=0.4)
     tok = ByteTokenizer()
     target, draft = wrap_model("t", "fp32", target_model, tok), wrap_model("d", "fp32", draft_model, tok)
-    prompt = [1, 2, 1, 2, 1]  # lookup proposes "2 1 2 ..."
+    prompt = [1, 2, 1, 2, 1]  # lookup proposes "2 1 2 ..."; a trimmed head of 3 drafts only ids 0-2
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=3, stop_on_eos=False)
     exact = exact_sequence_probs(target_model, prompt, 3, sampling)
 
@@ -99,3 +101,14 @@ def test_sampling_distribution_for_one_hot_and_mixed_drafts(name):
         return generate(target, proposer, policy, prompt, SamplingConfig(**{**sampling.__dict__, "seed": i}))
     tv = total_variation(sequence_distribution(spec, n), exact, n)
     assert tv < 0.1, tv
+
+
+def test_trimmed_head_drafts_only_kept_tokens_and_matches_full_logits_there():
+    target, draft = tiny_pair(0)
+    full, trimmed = cached(draft), cached(draft)
+    trimmed.trim_head([1, 2, 3, 30])
+    a, b = full.forward([5, 6, 7], 2), trimmed.forward([5, 6, 7], 2)  # (2, vocab)
+    kept = torch.tensor([1, 2, 3, 30])
+    assert torch.allclose(a[:, kept], b[:, kept], atol=1e-5)
+    assert torch.isinf(b).sum() == 2 * (b.shape[1] - 4)
+    assert trimmed.cache_len() == len(trimmed.tokens) == 3

@@ -1,0 +1,131 @@
+"""Chat handlers: send, regenerate, stop, clear, export. They stream engine events into HTML."""
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+from dataclasses import replace
+from itertools import chain
+
+import gradio as gr
+
+from app.components import read_settings
+from app.context import AppContext, session_id
+from app.render import error_html, info_html, render_user
+from app.settings import UISettings, cache_options, sampling_config, spec_config
+from app.stats_view import acceptance_frame, render_stats, speedup_frame
+from app.turn import Turn, trace_document, write_trace
+from engine.errors import EngineError
+
+PLOT_EVERY_S = 1.0  # plots redraw at most this often while streaming; the numbers update every step
+
+
+def _fail(ctx: AppContext, elems: dict, err: Exception) -> dict:
+    message = str(err) if isinstance(err, EngineError) else f"unexpected error: {type(err).__name__}: {err}"
+    gr.Warning(message)
+    return {elems["error_box"]: error_html(message)}
+
+
+def _start(ctx: AppContext, messages: list[dict], s: UISettings, flag):
+    """Build configs and pull the first event, so bad input fails here, before the chat changes."""
+    sampling, spec = sampling_config(s), spec_config(s)
+    if ctx.baseline() is None and ctx.pair() is not None:
+        ctx.ensure_baseline()  # measured once per pair, before generate takes the engine lock
+    events = ctx.engine.generate(messages, sampling, spec, cancel=flag, **cache_options(ctx.engine, s))
+    first = next(events, None)
+    return events, ([] if first is None else [first])
+
+
+def stream_answer(ctx: AppContext, elems: dict, history: list[dict], shown: list, prompt: str, s: UISettings,
+                  session: str):
+    """Generator of component updates: the answer to ``prompt`` streamed into the chat, stats and plots."""
+    flag = ctx.cancels.new(session)
+    messages = [*history, {"role": "user", "content": prompt}]
+    try:
+        events, head = _start(ctx, messages, s, flag)
+    except Exception as err:  # EngineError: bad input; anything else: still keep the app alive
+        yield _fail(ctx, elems, err)
+        return
+    turn, baseline, last_plot = Turn(), ctx.baseline(), 0.0
+    doc = trace_document(turn, messages, ctx.pair(), s.to_dict())
+    shown = [*shown, {"role": "user", "content": render_user(prompt)},
+             {"role": "assistant", "content": turn.html(streaming=True)}]
+    yield {elems["msg"]: "", elems["error_box"]: error_html(None), elems["chatbot"]: shown}
+    with contextlib.closing(events), ctx.cancels.scope(session, flag):
+        for event in chain(head, events):
+            turn.add(event)
+            if event.type == "token":
+                continue  # a StatsEvent follows every step: redraw once per step
+            finished = event.type == "done"
+            shown[-1] = {"role": "assistant", "content": turn.html(streaming=not finished)}
+            update = {elems["chatbot"]: shown, elems["shown"]: shown, elems["trace"]: doc,
+                      elems["history"]: [*messages, {"role": "assistant", "content": turn.text}],
+                      elems["stats"]: render_stats(turn.stats, turn.cache, baseline, _status(turn))}
+            if turn.stats is not None and (finished or time.monotonic() - last_plot > PLOT_EVERY_S):
+                last_plot = time.monotonic()
+                update[elems["accept_plot"]] = acceptance_frame(turn.stats)
+                update[elems["speed_plot"]] = speedup_frame(turn.stats, baseline)
+            yield update
+
+
+def _status(turn: Turn) -> str:
+    if turn.done is None:
+        return "streaming…" if turn.cache is None else f"streaming… (cache: {turn.cache.outcome})"
+    counts = ", ".join(f"{n} {kind}" for kind, n in turn.kind_counts().items())
+    head = "stopped by you" if turn.done.finish_reason == "cancelled" else f"done ({turn.done.finish_reason})"
+    return f"{head}: {len(turn.done.token_ids)} tokens in {turn.done.stats.elapsed_s:.1f} s — {counts}"
+
+
+def make_handlers(ctx: AppContext, elems: dict) -> dict:
+    """Closures over the context and the components, ready for event listeners."""
+
+    def send(data: dict, request: gr.Request):
+        s = read_settings(elems, data)
+        yield from stream_answer(ctx, elems, data[elems["history"]] or [], data[elems["shown"]] or [],
+                                 data[elems["msg"]] or "", s, session_id(request))
+
+    def regenerate(data: dict, request: gr.Request):
+        history, shown = data[elems["history"]] or [], data[elems["shown"]] or []
+        if len(history) < 2 or history[-1]["role"] != "assistant":
+            gr.Warning("nothing to regenerate yet: send a message first")
+            yield {elems["error_box"]: error_html("nothing to regenerate yet: send a message first")}
+            return
+        prompt = history[-2]["content"]
+        fresh = replace(read_settings(elems, data), cache_enabled=False)  # a new answer, not the cached one
+        yield from stream_answer(ctx, elems, history[:-2], shown[:-2], prompt, fresh, session_id(request))
+
+    def stop(shown: list, trace: dict, request: gr.Request):
+        ctx.cancels.cancel(session_id(request))  # the engine stops at its next step; cancels= ends the stream
+        if not shown or not is_streaming(shown[-1].get("content")):
+            return shown, shown, info_html("Nothing is running."), gr.skip()
+        shown = [*shown[:-1], {"role": "assistant", "content": mark_stopped(shown[-1]["content"])}]
+        turn = Turn.from_dicts((trace or {}).get("events", []))
+        stats = render_stats(turn.stats, turn.cache, ctx.baseline(), status="stopped by you")
+        return shown, shown, info_html("Stopped."), stats
+
+    def clear(request: gr.Request):
+        ctx.cancels.cancel(session_id(request))
+        empty_stats = render_stats(None, None, ctx.baseline())
+        return ([], [], [], {}, error_html(None), empty_stats, acceptance_frame(None), speedup_frame(None, None),
+                gr.update(value=None, visible=False))
+
+    def export(trace: dict):
+        if not trace or not trace.get("events"):
+            gr.Warning("no answer to export yet")
+            return gr.update(value=None, visible=False)
+        path = tempfile.NamedTemporaryFile(prefix="speclens-trace-", suffix=".json", delete=False).name
+        return gr.update(value=write_trace(trace, path), visible=True)
+
+    return dict(send=send, regenerate=regenerate, stop=stop, clear=clear, export=export)
+
+
+def is_streaming(content) -> bool:
+    return isinstance(content, str) and "tokstream streaming" in content
+
+
+def mark_stopped(content) -> str:
+    """A streamed answer cut off by the stop button: drop the streaming marker and say it was stopped."""
+    text = content if isinstance(content, str) else ""
+    if not is_streaming(text):
+        return text
+    return text.replace("tokstream streaming", "tokstream") + '<div class="finish-note">stopped by you</div>'

@@ -1,0 +1,75 @@
+"""What the UI handlers share: the engine, the baseline store, and one cancel flag per browser session."""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from app.baseline import BaselineStore, baseline_key, get_or_measure
+
+MAX_SESSIONS = 256
+
+
+class CancelFlags:
+    """session id -> threading.Event of the answer streaming in that session (the stop button sets it)."""
+
+    def __init__(self):
+        self._flags: OrderedDict[str, threading.Event] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def new(self, session: str) -> threading.Event:
+        flag = threading.Event()
+        with self._lock:
+            self._flags[session] = flag
+            self._flags.move_to_end(session)
+            while len(self._flags) > MAX_SESSIONS:
+                self._flags.popitem(last=False)
+        return flag
+
+    @contextmanager
+    def scope(self, session: str, flag: threading.Event):
+        """Forget ``flag`` when its generation ends (unless a newer one replaced it)."""
+        try:
+            yield flag
+        finally:
+            with self._lock:
+                if self._flags.get(session) is flag:
+                    del self._flags[session]
+
+    def cancel(self, session: str) -> bool:
+        with self._lock:
+            flag = self._flags.get(session)
+        if flag is None:
+            return False
+        flag.set()
+        return True
+
+
+@dataclass
+class AppContext:
+    engine: object  # engine.session.ChatEngine (duck-typed: the app never imports torch)
+    baselines: BaselineStore = field(default_factory=BaselineStore)
+    cancels: CancelFlags = field(default_factory=CancelFlags)
+
+    def pair(self) -> dict | None:
+        try:
+            info = self.engine.info()
+        except Exception:  # no pair loaded yet
+            return None
+        return {"target": info.target, "draft": info.draft, "target_precision": info.target_precision,
+                "draft_precision": info.draft_precision, "device": info.device}
+
+    def baseline(self) -> dict | None:
+        """The cached target-only measurement for the loaded pair, or None (never measures)."""
+        try:
+            return self.baselines.get(baseline_key(self.engine.info()))
+        except Exception:
+            return None
+
+    def ensure_baseline(self, remeasure: bool = False) -> dict:
+        return get_or_measure(self.engine, self.baselines, remeasure)
+
+
+def session_id(request) -> str:
+    return getattr(request, "session_hash", None) or "default"

@@ -1,0 +1,113 @@
+"""Race mode: the same prompt target-only, then speculative; both answers, timings, speedup, identical-check."""
+from __future__ import annotations
+
+import contextlib
+
+import gradio as gr
+
+from app.components import read_settings
+from app.context import AppContext, session_id
+from app.render import error_html
+from app.settings import UISettings, cache_options, sampling_config, spec_config
+from app.turn import Turn
+from engine.errors import EngineError
+
+
+def create_race_tab() -> dict:
+    gr.Markdown("Runs the prompt with the **target alone**, then with **speculative decoding** (cache off), "
+                "using the decoding settings on the left. Under greedy decoding both must give the same tokens.")
+    with gr.Row(equal_height=True):
+        prompt = gr.Textbox(label="Race prompt", lines=2, scale=6, elem_id="race-prompt",
+                            value="Write a Python function that checks whether a string is a palindrome.")
+        run = gr.Button("Race", variant="primary", scale=1, elem_id="race-run")
+        stop = gr.Button("Stop", variant="stop", scale=1, elem_id="race-stop")
+    summary = gr.HTML(elem_id="race-summary")
+    with gr.Row():
+        with gr.Column():
+            gr.Markdown("#### Target only")
+            ref_out = gr.HTML(elem_id="race-target", elem_classes=["race-answer"])
+        with gr.Column():
+            gr.Markdown("#### Speculative")
+            spec_out = gr.HTML(elem_id="race-spec", elem_classes=["race-answer"])
+    return dict(race_prompt=prompt, race_run=run, race_stop=stop, race_summary=summary, race_target=ref_out,
+                race_spec=spec_out)
+
+
+def _side(turn: Turn, streaming: bool) -> str:
+    head = ""
+    if turn.stats is not None:
+        head = (f'<div class="race-head">{turn.stats.new_tokens} tokens · {turn.stats.elapsed_s:.2f} s · '
+                f"{turn.stats.tokens_per_s:.1f} tok/s</div>")
+    return head + turn.html(streaming=streaming)
+
+
+def _pump(events, turn: Turn, out):
+    """Stream one side of the race into its panel, one update per step."""
+    with contextlib.closing(events):
+        for event in events:
+            turn.add(event)
+            if event.type != "token":
+                yield {out: _side(turn, streaming=event.type != "done")}
+
+
+def race_summary(ref: Turn, spec: Turn, greedy: bool) -> str:
+    if ref.done is None or spec.done is None or "cancelled" in (ref.finish_reason, spec.finish_reason):
+        return '<div class="race-summary">Race stopped before both runs finished.</div>'
+    r, p = ref.done.stats, spec.done.stats
+    factor = p.tokens_per_s / r.tokens_per_s if r.tokens_per_s > 0 else 0.0
+    if not greedy:
+        check = ('<span class="race-na">sampling (temperature &gt; 0): the answers are draws from the same '
+                 "distribution, not expected to be identical</span>")
+    elif ref.done.token_ids == spec.done.token_ids:
+        check = f'<span class="race-ok">✓ identical token ids ({len(ref.done.token_ids)} tokens)</span>'
+    else:
+        first = next((i for i, (a, b) in enumerate(zip(ref.done.token_ids, spec.done.token_ids)) if a != b),
+                     min(len(ref.done.token_ids), len(spec.done.token_ids)))
+        check = f'<span class="race-bad">✗ token ids differ from position {first}</span>'
+    verdict = "faster" if factor >= 1 else "slower"
+    return (f'<div class="race-summary"><b>Speculative is {factor:.2f}× the target-only speed ({verdict})</b> · '
+            f"target only {r.elapsed_s:.2f} s ({r.tokens_per_s:.1f} tok/s) · speculative {p.elapsed_s:.2f} s "
+            f"({p.tokens_per_s:.1f} tok/s, acceptance {p.acceptance_rate:.0%}) · {check}</div>")
+
+
+def _start_reference(ctx: AppContext, messages: list[dict], s: UISettings, flag):
+    """Validate the settings for both runs and pull the first target-only event, so bad input fails here."""
+    sampling, spec_cfg = sampling_config(s), spec_config(s)
+    ref_events = ctx.engine.generate_reference(messages, sampling, cancel=flag)
+    return sampling, spec_cfg, ref_events, next(ref_events)
+
+
+def run_race(ctx: AppContext, elems: dict, prompt: str, s: UISettings, session: str):
+    flag = ctx.cancels.new(session)
+    messages = [{"role": "user", "content": prompt}]
+    try:
+        sampling, spec_cfg, ref_events, first = _start_reference(ctx, messages, s, flag)
+    except Exception as err:
+        message = str(err) if isinstance(err, EngineError) else f"unexpected error: {type(err).__name__}: {err}"
+        gr.Warning(message)
+        yield {elems["error_box"]: error_html(message), elems["race_summary"]: error_html(message)}
+        return
+    ref, spec = Turn(), Turn()
+    ref.add(first)
+    with ctx.cancels.scope(session, flag):
+        yield {elems["race_summary"]: '<div class="race-summary">Running the target alone…</div>',
+               elems["race_target"]: "", elems["race_spec"]: "", elems["error_box"]: error_html(None)}
+        yield from _pump(ref_events, ref, elems["race_target"])
+        if not flag.is_set():
+            yield {elems["race_summary"]: '<div class="race-summary">Running speculative decoding…</div>'}
+            spec_events = ctx.engine.generate(messages, sampling, spec_cfg, cancel=flag,
+                                              **cache_options(ctx.engine, s, off=True))
+            yield from _pump(spec_events, spec, elems["race_spec"])
+        yield {elems["race_summary"]: race_summary(ref, spec, sampling.greedy)}
+
+
+def make_race_handlers(ctx: AppContext, elems: dict) -> dict:
+    def race(data: dict, request: gr.Request):
+        yield from run_race(ctx, elems, data[elems["race_prompt"]] or "", read_settings(elems, data),
+                            session_id(request))
+
+    def stop(request: gr.Request):
+        ctx.cancels.cancel(session_id(request))
+
+    return dict(race=race, race_stop=stop)
+

@@ -1,0 +1,131 @@
+"""Engine events -> HTML. Every piece of user or model text goes through ``esc`` before it becomes HTML.
+
+Pure functions, no gradio: tests call them on hand-made events.
+"""
+from __future__ import annotations
+
+import html
+
+from engine.events import TOKEN_KINDS, CacheEvent, TokenEvent
+
+KIND_HELP = {
+    "accepted": "draft token the target kept",
+    "corrected": "the target's token where it rejected the draft",
+    "bonus": "free extra target token after a fully accepted draft",
+    "target": "target-only step (no draft)",
+    "cached": "served from the semantic cache",
+}
+REJECTED_HELP = "draft token the target threw away"
+CACHE_LABELS = {
+    "exact": "exact cache hit",
+    "verified": "cache hit, verified by the target",
+    "cached": "cache hit, served unverified",
+    "miss": "cache miss",
+    "off": "cache off",
+}
+FINISH_LABELS = {"eos": "", "length": "stopped at the max new tokens limit", "cancelled": "stopped by you"}
+
+
+def esc(text: object) -> str:
+    """HTML-escape text (quotes too, so it is safe inside attributes)."""
+    return html.escape("" if text is None else str(text), quote=True)
+
+
+def esc_text(text: object) -> str:
+    """Escape text for a pre-wrap block: newlines become <br> so Gradio's dedenting cannot touch them."""
+    return esc(text).replace("\r\n", "\n").replace("\n", "<br>")
+
+
+def _prob(x: float | None) -> str:
+    return "–" if x is None else f"{x:.3f}"
+
+
+def token_title(ev: TokenEvent) -> str:
+    parts = [ev.kind, f"step {ev.step}", f"p_target {_prob(ev.p_target)}", f"q_draft {_prob(ev.q_draft)}"]
+    if ev.draft_pos is not None:
+        parts.append(f"draft position {ev.draft_pos + 1}")
+    if ev.rejected_text is not None:
+        parts.append(f"rejected draft token {ev.rejected_text!r}")
+    return " · ".join(parts)
+
+
+def kind_class(kind: str) -> str:
+    safe = kind if kind in TOKEN_KINDS else "unknown"
+    return f"tok tok-{safe}"
+
+
+def render_token(ev: TokenEvent, show_rejected: bool = True) -> str:
+    """One token as a coloured span; a corrected token may be preceded by its struck-through draft."""
+    if not ev.text:  # an incomplete multi-byte character: its text arrives with a later token
+        return ""
+    ghost = ""
+    if show_rejected and ev.kind == "corrected" and ev.rejected_text:
+        ghost = (f'<span class="tok tok-rejected" title="{esc("rejected draft token")}">'
+                 f"{esc_text(ev.rejected_text)}</span>")
+    return f'{ghost}<span class="{kind_class(ev.kind)}" title="{esc(token_title(ev))}">{esc_text(ev.text)}</span>'
+
+
+def render_tokens(tokens: list[TokenEvent], show_rejected: bool = True) -> str:
+    return "".join(render_token(ev, show_rejected) for ev in tokens)
+
+
+def render_cache_note(cache: CacheEvent | None) -> str:
+    """Names the prompt a cached or verified answer matched, with its similarity."""
+    if cache is None or cache.outcome in ("miss", "off"):
+        return ""
+    label = CACHE_LABELS.get(cache.outcome, cache.outcome)
+    sim = "" if cache.similarity is None else f" (similarity {cache.similarity:.3f})"
+    matched = "" if cache.matched_prompt is None else f": matched “{esc(_clip(cache.matched_prompt, 160))}”"
+    reason = f" — {esc(cache.reason)}" if cache.reason else ""
+    return (f'<div class="cache-note" data-outcome="{esc(cache.outcome)}">♻ {esc(label)}{matched}{esc(sim)}'
+            f"{reason}</div>")
+
+
+def render_finish(finish_reason: str | None) -> str:
+    label = FINISH_LABELS.get(finish_reason or "", "")
+    return f'<div class="finish-note">{esc(label)}</div>' if label else ""
+
+
+def render_answer(tokens: list[TokenEvent], cache: CacheEvent | None = None, finish_reason: str | None = None,
+                  show_rejected: bool = True, streaming: bool = False) -> str:
+    """The assistant message: cache note, coloured tokens, and why it stopped."""
+    body = render_tokens(tokens, show_rejected) or '<span class="tok-wait">…</span>'
+    css = "tokstream streaming" if streaming else "tokstream"
+    return f'{render_cache_note(cache)}<div class="{css}">{body}</div>{render_finish(finish_reason)}'
+
+
+def render_user(text: str) -> str:
+    return f'<div class="usertext">{esc_text(text)}</div>'
+
+
+def render_plain_answer(text: str) -> str:
+    """An answer with no per-token information (e.g. from the API endpoint)."""
+    return f'<div class="tokstream">{esc_text(text)}</div>'
+
+
+def _legend_item(css: str, name: str, help_text: str) -> str:
+    return (f'<span class="legend-item" title="{esc(help_text)}"><span class="{css}">{esc(name)}</span>'
+            f'<span class="legend-help">{esc(help_text)}</span></span>')
+
+
+def legend_html(show_rejected: bool = True) -> str:
+    """Every token kind with its colour and meaning (plus the struck-through rejected draft token)."""
+    cells = [_legend_item(kind_class(k), k, KIND_HELP[k]) for k in TOKEN_KINDS]
+    if show_rejected:
+        cells.append(_legend_item("tok tok-rejected", "rejected", REJECTED_HELP))
+    return (f'<div class="legend">{"".join(cells)}<span class="legend-hint">Hover a token for its p_target, '
+            f"q_draft and step.</span></div>")
+
+
+def error_html(message: str | None) -> str:
+    if not message:
+        return '<div class="error-box empty"></div>'
+    return f'<div class="error-box" role="alert">⚠ {esc(message)}</div>'
+
+
+def info_html(message: str) -> str:
+    return f'<div class="info-box">{esc(message)}</div>'
+
+
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"

@@ -1,0 +1,119 @@
+"""Live statistics: the numbers panel, the break-even meter, and the data behind the two plots."""
+from __future__ import annotations
+
+import pandas as pd
+
+from app.render import CACHE_LABELS, esc
+from engine.events import CacheEvent, StatsEvent
+
+METER_MAX = 3.0  # the meter spans 0x .. 3x the target-only speed
+SERIES_COLORS = {"theory": "#6366f1", "measured": "#16a34a", "break-even": "#ef4444"}  # stable names, stable colours
+
+
+def theoretical_speedup(alpha: float, k: int, c: float) -> float:
+    """Expected speedup of speculative decoding: (1 - α^(k+1)) / ((1 - α)(k·c + 1)).
+
+    α: per-token acceptance rate, k: draft length, c: draft cost per token / target cost per forward.
+    """
+    alpha = min(max(alpha, 0.0), 1.0)
+    expected_tokens = k + 1 if alpha >= 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
+    return expected_tokens / (k * c + 1)
+
+
+def cost_ratio(stats: StatsEvent) -> float | None:
+    """c = (draft seconds per drafted token) / (target seconds per verify forward); None before any draft."""
+    if not stats.proposed or not stats.steps or stats.verify_s <= 0:
+        return None
+    return (stats.draft_s / stats.proposed) / (stats.verify_s / stats.steps)
+
+
+def speedup(stats: StatsEvent | None, baseline: dict | None) -> float | None:
+    if stats is None or not baseline or not baseline.get("tokens_per_s") or stats.tokens_per_s <= 0:
+        return None
+    return stats.tokens_per_s / baseline["tokens_per_s"]
+
+
+def format_stats(stats: StatsEvent | None) -> dict[str, str]:
+    """The displayed values, as strings (tested directly)."""
+    if stats is None:
+        return dict.fromkeys(("tokens/s", "acceptance", "mean accepted", "k", "steps", "tokens"), "–")
+    c = cost_ratio(stats)
+    return {
+        "tokens/s": f"{stats.tokens_per_s:.1f}",
+        "acceptance": f"{stats.acceptance_rate:.0%}" if stats.proposed else "–",
+        "mean accepted": f"{stats.mean_accepted:.2f}",
+        "k": f"{stats.k}" + (" (fallback)" if stats.fallback else ""),
+        "steps": f"{stats.steps}",
+        "tokens": f"{stats.new_tokens}",
+        "draft cost c": "–" if c is None else f"{c:.2f}",
+    }
+
+
+def _card(label: str, value: str, css: str = "") -> str:
+    return (f'<div class="stat-card {css}" data-stat="{esc(label)}"><div class="stat-value">{esc(value)}</div>'
+            f'<div class="stat-label">{esc(label)}</div></div>')
+
+
+def _cache_card(cache: CacheEvent | None) -> str:
+    outcome = cache.outcome if cache is not None else "none"
+    value = outcome if cache is not None else "–"
+    title = CACHE_LABELS.get(outcome, "") + (f": {cache.reason}" if cache is not None and cache.reason else "")
+    return (f'<div class="stat-card cache-outcome" data-outcome="{esc(outcome)}" title="{esc(title)}">'
+            f'<div class="stat-value">{esc(value)}</div><div class="stat-label">cache</div></div>')
+
+
+def meter_html(factor: float | None, baseline: dict | None) -> str:
+    """Break-even meter: the speculative speed as a multiple of the measured target-only speed."""
+    if not baseline:
+        return '<div class="meter-box"><div class="meter-caption">Target-only speed not measured yet.</div></div>'
+    fill = 0.0 if factor is None else min(factor, METER_MAX) / METER_MAX * 100
+    state = "none" if factor is None else ("win" if factor >= 1.0 else "lose")
+    text = "–" if factor is None else f"{factor:.2f}× target-only"
+    how = (f"target-only {baseline['tokens_per_s']:.1f} tok/s, measured on this machine: "
+           f"{baseline.get('how', '')}")
+    return (f'<div class="meter-box"><div class="meter-head"><span>Break-even meter</span>'
+            f'<span class="meter-value {state}">{esc(text)}</span></div>'
+            f'<div class="meter"><div class="meter-fill {state}" style="width:{fill:.1f}%"></div>'
+            f'<div class="meter-mark" style="left:{100 / METER_MAX:.2f}%" title="break-even (1×)"></div></div>'
+            f'<div class="meter-scale"><span>0×</span><span>1×</span><span>2×</span><span>3×</span></div>'
+            f'<div class="meter-caption">{esc(how)}</div></div>')
+
+
+def render_stats(stats: StatsEvent | None, cache: CacheEvent | None, baseline: dict | None,
+                 status: str = "") -> str:
+    values = format_stats(stats)
+    cards = "".join(_card(label, value) for label, value in values.items())
+    status_html = f'<div class="run-status">{esc(status)}</div>' if status else ""
+    return (f'<div class="stats-panel" id="stats-panel">{status_html}<div class="stat-grid">{cards}'
+            f"{_cache_card(cache)}</div>{meter_html(speedup(stats, baseline), baseline)}</div>")
+
+
+def _frame(rows: list[dict], dtypes: dict[str, str]) -> pd.DataFrame:
+    """Typed even when empty: Gradio picks each axis type (quantitative/nominal) from the column dtypes."""
+    return pd.DataFrame(rows, columns=list(dtypes)).astype(dtypes)
+
+
+def acceptance_frame(stats: StatsEvent | None) -> pd.DataFrame:
+    """Acceptance rate at each draft position (1-based): accepted_by_pos / proposed_by_pos."""
+    rows = []
+    if stats is not None:
+        for i, (acc, prop) in enumerate(zip(stats.accepted_by_pos, stats.proposed_by_pos)):
+            if prop:
+                rows.append({"position": str(i + 1), "acceptance": acc / prop, "drafts": prop})
+    return _frame(rows, {"position": "str", "acceptance": "float64", "drafts": "int64"})
+
+
+def speedup_frame(stats: StatsEvent | None, baseline: dict | None, k_max: int = 12) -> pd.DataFrame:
+    """Theoretical speedup over k for the measured α and c, the measured speedup, and break-even (1×)."""
+    rows = []
+    c = cost_ratio(stats) if stats is not None else None
+    if stats is not None and c is not None:
+        alpha, hi = stats.acceptance_rate, max(k_max, stats.k + 2)
+        for k in range(1, hi + 1):
+            rows.append({"k": k, "speedup": theoretical_speedup(alpha, k, c),
+                         "series": "theory"})
+        measured = speedup(stats, baseline)
+        if measured is not None:
+            rows += [{"k": k, "speedup": measured, "series": "measured"} for k in (1, hi)]
+        rows += [{"k": k, "speedup": 1.0, "series": "break-even"} for k in (1, hi)]
+    return _frame(rows, {"k": "int64", "speedup": "float64", "series": "str"})

@@ -1,0 +1,74 @@
+"""One answer as it streams: the events seen so far, and the trace that the export writes."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from app.render import render_answer
+from engine.events import CacheEvent, DoneEvent, StatsEvent, TokenEvent
+
+_STATS_FIELDS = set(StatsEvent.__dataclass_fields__) - {"type"}
+_CACHE_FIELDS = set(CacheEvent.__dataclass_fields__) - {"type"}
+
+
+@dataclass
+class Turn:
+    tokens: list[TokenEvent] = field(default_factory=list)
+    stats: StatsEvent | None = None
+    cache: CacheEvent | None = None
+    done: DoneEvent | None = None
+    events: list[dict] = field(default_factory=list)  # every event, as to_dict(), in order
+
+    def add(self, event) -> None:
+        self.events.append(event.to_dict())
+        if isinstance(event, TokenEvent):
+            self.tokens.append(event)
+        elif isinstance(event, StatsEvent):
+            self.stats = event
+        elif isinstance(event, CacheEvent):
+            self.cache = event
+        elif isinstance(event, DoneEvent):
+            self.done, self.stats = event, event.stats
+
+    @classmethod
+    def from_dicts(cls, events: list[dict]) -> "Turn":
+        """Rebuild the stats and cache view of a trace (the token list stays empty)."""
+        turn = cls()
+        for d in events:
+            if d.get("type") == "stats":
+                turn.stats = StatsEvent(**{k: v for k, v in d.items() if k in _STATS_FIELDS})
+            elif d.get("type") == "cache":
+                turn.cache = CacheEvent(**{k: v for k, v in d.items() if k in _CACHE_FIELDS})
+        return turn
+
+    @property
+    def text(self) -> str:
+        return self.done.text if self.done is not None else "".join(t.text for t in self.tokens)
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.done.finish_reason if self.done is not None else None
+
+    def html(self, streaming: bool = False) -> str:
+        """Always with the rejected draft tokens: the "show rejected" switch hides them with CSS."""
+        return render_answer(self.tokens, self.cache, self.finish_reason, True, streaming)
+
+    def kind_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for t in self.tokens:
+            counts[t.kind] = counts.get(t.kind, 0) + 1
+        return counts
+
+
+def trace_document(turn: Turn, messages: list[dict], pair: dict | None, settings: dict) -> dict:
+    """What the export writes: the pair, the settings, the conversation, and every event of the answer."""
+    return {"format": "speclens-trace/1", "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "pair": pair, "settings": settings, "messages": messages,
+            "events": turn.events}  # the live list: the document grows with the answer
+
+
+def write_trace(doc: dict, path) -> str:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False, indent=1)
+    return str(path)

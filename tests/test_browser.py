@@ -1,0 +1,316 @@
+"""Headless Chromium against a real ``launch.py`` (SmolLM2-135M bf16 target, the same model in nf4 as draft).
+
+The nf4 draft disagrees with its bf16 original often enough to give accepted, corrected and bonus tokens.
+Converted weights are reused from the normal cache root (linked into the test's fresh --cache-dir), so only
+the first run ever converts. Run: ``pytest -m browser tests/test_browser.py``.
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+PAIR = ["--target", "smollm2-135m-instruct", "--draft", "smollm2-135m-instruct", "--draft-precision", "nf4"]
+STARTUP_S = 300
+ANSWER_S = 120
+
+pytestmark = [
+    pytest.mark.browser,
+    # CI sets SPECLENS_REQUIRE_BROWSER=1: there a missing Chromium fails instead of skipping
+    pytest.mark.skipif(not os.path.exists(CHROMIUM) and not os.environ.get("SPECLENS_REQUIRE_BROWSER"),
+                       reason=f"Debian's Chromium is not installed at {CHROMIUM} (apt-get install chromium)"),
+]
+playwright_api = pytest.importorskip("playwright.sync_api")
+expect = playwright_api.expect
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _link_models(cache_dir: Path) -> None:
+    """Reuse converted weights: <cache-dir>/models -> the normal cache root's models folder."""
+    from engine.catalog import cache_root
+
+    shared = cache_root() / "models"
+    shared.mkdir(parents=True, exist_ok=True)
+    (cache_dir / "models").symlink_to(shared, target_is_directory=True)
+
+
+def _wait_for_server(url: str, proc: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + STARTUP_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"launch.py exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(1)
+    pytest.fail(f"launch.py did not serve {url} within {STARTUP_S} s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    cache_dir = tmp_path_factory.mktemp("speclens-cache")
+    _link_models(cache_dir)
+    port, log = _free_port(), cache_dir / "launch.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "launch.py", "--no-browser", "--port", str(port), *PAIR,
+                                 "--cache-dir", str(cache_dir)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        _wait_for_server(url, proc, log)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    pw = playwright_api.sync_playwright().start()
+    b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    yield b
+    b.close()
+    pw.stop()
+
+
+@pytest.fixture(scope="module")
+def page(server, browser):
+    """One tab for the whole module; any JavaScript dialog (alert) is an injection and fails the tests."""
+    context = browser.new_context(viewport={"width": 1500, "height": 1000})
+    p = context.new_page()
+    p.dialogs = []
+    p.on("dialog", lambda d: (p.dialogs.append(d.message), d.dismiss()))
+    p.goto(server)
+    p.wait_for_selector("#msg textarea", timeout=60_000)
+    yield p
+    context.close()
+
+
+# -- helpers ------------------------------------------------------------------------------------------------
+def set_number(page, elem_id: str, value) -> None:
+    page.fill(f"#{elem_id} input", str(value))
+    page.locator(f"#{elem_id} input").blur()
+
+
+def answers(page) -> int:
+    return page.locator("#chat .tokstream").count()
+
+
+def send(page, text: str) -> int:
+    """Send a message; returns how many answers the chat had before."""
+    before = answers(page)
+    page.fill("#msg textarea", text)
+    page.click("#send")
+    return before
+
+
+def wait_answer(page, before: int, timeout_s: float = ANSWER_S) -> None:
+    """Wait until the chat holds one more answer than ``before`` and nothing streams any more."""
+    page.wait_for_function(
+        "n => document.querySelectorAll('#chat .tokstream').length === n + 1 && "
+        "document.querySelectorAll('#chat .tokstream.streaming').length === 0", arg=before,
+        timeout=timeout_s * 1000)
+
+
+def last_answer(page):
+    return page.locator("#chat .tokstream").last
+
+
+def kinds_in(locator) -> set[str]:
+    classes = locator.locator(".tok").evaluate_all("els => els.map(e => e.className)")
+    return {c.split("tok-")[-1] for c in classes if c.startswith("tok tok-")}
+
+
+def stat(page, label: str) -> str:
+    return page.locator(f'#stats [data-stat="{label}"] .stat-value').inner_text()
+
+
+def expect_error(page, text: str) -> None:
+    expect(page.locator("#error-box")).to_contain_text(text, timeout=60_000)
+
+
+def clear_chat(page) -> None:
+    page.click("#clear")
+    expect(page.locator("#chat .tokstream")).to_have_count(0, timeout=10_000)
+
+
+# -- tests ------------------------------------------------------------------------------------------------
+def test_streams_coloured_tokens_and_live_stats(page):
+    set_number(page, "max-new-tokens", 96)
+    before = send(page, "Write a Python function is_prime(n) with a docstring.")
+    seen_steps, deadline = set(), time.monotonic() + ANSWER_S
+    while time.monotonic() < deadline:  # sample the steps counter while the answer streams
+        seen_steps.add(stat(page, "steps"))
+        if answers(page) > before and page.locator("#chat .tokstream.streaming").count() == 0:
+            break
+        time.sleep(0.05)
+    wait_answer(page, before)
+    seen_steps.add(stat(page, "steps"))
+    assert len(seen_steps - {"–"}) >= 2, f"stats did not update while streaming: {seen_steps}"
+    kinds = kinds_in(last_answer(page))
+    assert len(kinds & {"accepted", "corrected", "bonus"}) >= 2, kinds
+    title = last_answer(page).locator(".tok").first.get_attribute("title")
+    assert "p_target" in title and "q_draft" in title and "step" in title
+    assert float(stat(page, "tokens/s")) > 0
+    assert stat(page, "acceptance").endswith("%")
+
+
+def test_stop_cancels_mid_answer(page):
+    set_number(page, "max-new-tokens", 600)
+    send(page, "Write a long story about a dragon who learns to bake bread.")
+    page.wait_for_function("document.querySelectorAll('#chat .tokstream.streaming .tok').length >= 10",
+                           timeout=ANSWER_S * 1000)
+    page.click("#stop")
+    expect(page.locator("#chat .finish-note").last).to_contain_text("stopped by you", timeout=30_000)
+    n = last_answer(page).locator(".tok:not(.tok-rejected)").count()
+    time.sleep(1.5)
+    assert last_answer(page).locator(".tok:not(.tok-rejected)").count() == n < 600
+    expect(page.locator("#stats .run-status")).to_contain_text("stopped")
+
+
+def test_same_prompt_again_is_a_cache_hit(page):
+    clear_chat(page)
+    set_number(page, "max-new-tokens", 200)
+    prompt = "Name three primary colors."
+    wait_answer(page, send(page, prompt))
+    assert page.locator("#stats .cache-outcome").get_attribute("data-outcome") == "miss"
+    clear_chat(page)  # the cache is scoped by the conversation: same (empty) history, same prompt
+    wait_answer(page, send(page, prompt))
+    # The engine emits a CacheEvent first; an identical prompt in the same scope is an exact hit, served as
+    # `cached` tokens, and the answer names the prompt it matched.
+    assert page.locator("#stats .cache-outcome").get_attribute("data-outcome") == "exact"
+    assert kinds_in(last_answer(page)) == {"cached"}
+    expect(page.locator("#chat .cache-note")).to_contain_text(prompt)
+
+
+def test_cache_panel_lists_and_deletes_entries(page):
+    page.get_by_role("tab", name="Cache").click()
+    expect(page.locator("#cache-entries")).to_contain_text("Name three primary colors.", timeout=10_000)
+    entries = int(page.locator('#cache-summary .stat-card:has(.stat-label:text-is("entries")) .stat-value')
+                  .inner_text())
+    assert entries >= 1
+    expect(page.locator("#cache-summary")).to_contain_text("hit rate")
+    page.locator("#cache-pick input").click()
+    page.get_by_role("option", name=re.compile("Name three primary colors")).click()
+    page.click("#cache-delete")
+    expect(page.locator("#cache-entries")).not_to_contain_text("Name three primary colors.", timeout=10_000)
+    page.get_by_role("tab", name="Chat").click()
+
+
+def test_race_mode_shows_both_answers_and_the_identity_check(page):
+    set_number(page, "max-new-tokens", 16)
+    page.get_by_role("tab", name="Race").click()
+    page.fill("#race-prompt textarea", "Write a Python function that adds two numbers.")
+    page.click("#race-run")
+    expect(page.locator("#race-summary")).to_contain_text("target-only speed", timeout=ANSWER_S * 1000)
+    expect(page.locator("#race-summary")).to_contain_text(re.compile("identical token ids|token ids differ"))
+    assert page.locator("#race-target .tok-target").count() > 0
+    assert kinds_in(page.locator("#race-spec")) & {"accepted", "corrected", "bonus"}
+    page.get_by_role("tab", name="Chat").click()
+
+
+def test_injected_html_renders_as_text(page):
+    set_number(page, "max-new-tokens", 48)
+    evil = "Repeat this: <img src=x onerror=alert(1)> <script>alert(2)</script>"
+    wait_answer(page, send(page, evil))
+    assert page.locator("#chat img[src=x]").count() == 0
+    assert page.locator("#chat script").count() == 0
+    expect(page.locator("#chat .usertext").last).to_contain_text("<img src=x onerror=alert(1)>")
+    time.sleep(0.5)
+    assert page.dialogs == []
+
+
+def test_bad_input_shows_errors_and_the_app_keeps_working(page):
+    page.fill("#msg textarea", "   ")
+    page.click("#send")
+    expect_error(page, "empty")
+    page.fill("#msg textarea", "x" * 100_000)
+    page.click("#send")
+    expect_error(page, "context window")
+    set_number(page, "k", 0)
+    send(page, "hello")
+    expect_error(page, "k (draft length)")
+    set_number(page, "k", 4)
+
+    for field, value in (("target", "no-such-model"), ("target", "smollm2-135m-instruct"),
+                         ("draft", "qwen2.5-coder-0.5b-instruct")):
+        page.fill(f"#{field} input", value)
+        page.keyboard.press("Enter")
+        if value == "no-such-model":
+            page.click("#load-pair")
+            expect_error(page, "unknown model")
+    page.click("#load-pair")  # smollm2 target + qwen draft: different tokenizers
+    expect(page.locator("#error-box")).to_contain_text(re.compile("vocabulary|tokenize differently"),
+                                                       timeout=180_000)
+    expect(page.locator("#pair-status")).to_contain_text("previous pair is still loaded")
+    expect(page.locator("#pair-status")).to_contain_text("nf4")
+    page.fill("#draft input", "smollm2-135m-instruct")  # a good pair loads (here: reuses the loaded models)
+    page.keyboard.press("Enter")
+    page.click("#load-pair")
+    expect(page.locator("#pair-status")).not_to_contain_text("previous pair", timeout=120_000)
+    expect(page.locator("#error-box")).to_have_text("")
+
+    set_number(page, "max-new-tokens", 24)
+    before = send(page, "Say hello.")
+    wait_answer(page, before)
+    assert last_answer(page).locator(".tok").count() > 0
+    expect(page.locator("#error-box")).to_have_text("")
+
+
+def test_regenerate_replaces_the_last_answer_and_ghosts_toggle(page):
+    n = answers(page)
+    set_number(page, "max-new-tokens", 7)
+    page.click("#regenerate")
+    expect(page.locator("#stats .run-status")).to_contain_text("7 tokens", timeout=ANSWER_S * 1000)
+    assert answers(page) == n
+    page.locator("#show-rejected input").click()
+    expect(page.locator("#chat.hide-rejected")).to_have_count(1)
+    page.locator("#show-rejected input").click()
+    expect(page.locator("#chat.hide-rejected")).to_have_count(0)
+    clear_chat(page)
+    expect(page.locator("#chat .usertext")).to_have_count(0)
+
+
+def test_two_tabs_queue_without_mixing(server, browser):
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    tabs = [context.new_page(), context.new_page()]
+    prompts = ["Name two animals.", "Name two fruits."]
+    for tab in tabs:
+        tab.goto(server)
+        tab.wait_for_selector("#msg textarea", timeout=60_000)
+        set_number(tab, "max-new-tokens", 80)
+    for tab, prompt in zip(tabs, prompts):
+        send(tab, prompt)
+    expect(tabs[1].locator("#chat")).to_contain_text("queue", timeout=10_000)
+    for tab, prompt in zip(tabs, prompts):
+        wait_answer(tab, 0)
+        assert tab.locator("#chat .usertext").all_inner_texts() == [prompt]
+        assert tab.locator("#chat .tokstream").count() == 1
+    context.close()
+
+
+def test_gradio_client_can_chat(server):
+    from gradio_client import Client
+
+    result = Client(server, verbose=False).predict("Say hi.", max_new_tokens=12, api_name="/chat")
+    assert result["text"] and result["stats"]["new_tokens"] > 0

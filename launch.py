@@ -26,7 +26,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--target-precision", choices=PRECISIONS, default=None,
                    help="precision of the target (default: bf16 on CPU, nf4 on GPU)")
     p.add_argument("--draft-precision", choices=PRECISIONS, default=None,
-                   help="precision of the draft (default: bf16 on CPU, nf4 on GPU)")
+                   help="precision of the draft (default: int8-dynamic on CPU, nf4 on GPU)")
     p.add_argument("--cache-dir", default=None,
                    help="directory for converted models, the semantic cache and the measured target-only "
                         "speeds (sets SPECLENS_CACHE_DIR; default: $SPECLENS_CACHE_DIR or ~/.cache/speclens)")

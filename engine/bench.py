@@ -1,7 +1,7 @@
 """Benchmark CLI: the modes interleaved per prompt, greedy, in one run; speedups are relative to ``target``.
 
 python -m engine.bench --prompts FILE.jsonl [--target NAME] [--draft NAME] [--k K|auto] [--max-new-tokens N]
-                       [--modes target,spec,hf-assisted] [--dtype bf16] [--json OUT]
+                       [--modes target,spec,hf-assisted] [--dtype bf16] [--draft-dtype P] [--json OUT]
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
-from engine.config import DEFAULT_SPEC, SamplingConfig, SpecConfig
+from engine.config import DEFAULT_SPEC, PRECISIONS, SamplingConfig, SpecConfig
 from engine.cached_chat import chat_scope
 from engine.embedder import load_default_embedder
 from engine.semantic_cache import SemanticCache
@@ -210,7 +210,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--k", default="4", help="draft length, or 'auto' for adaptive")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--modes", default="target,spec,hf-assisted")
-    parser.add_argument("--dtype", default="bf16", help="precision of both models: bf16, fp32, int8, nf4")
+    parser.add_argument("--dtype", default="bf16", help="precision of the target: " + ", ".join(PRECISIONS))
+    parser.add_argument("--draft-dtype", default=None,
+                        help="precision of the draft (default: the engine's default for the draft on this device, "
+                             "int8-dynamic on CPU); every mode, hf-assisted included, uses the same loaded draft")
     parser.add_argument("--json", help="write the runs and summary here")
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -224,7 +227,8 @@ def main(argv: list[str] | None = None) -> None:
     with open(args.prompts) as f:
         prompts = [json.loads(line) for line in f if line.strip()]
     engine = ChatEngine()
-    engine.load_pair(args.target, args.draft, args.dtype, args.dtype)
+    info = engine.load_pair(args.target, args.draft, args.dtype, args.draft_dtype)
+    print(f"target {info.target} ({info.target_precision}), draft {info.draft} ({info.draft_precision}), {info.device}")
     result = run_bench(engine, prompts, modes, spec, args.max_new_tokens)
     print(format_table(result))
     if args.json:

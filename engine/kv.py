@@ -22,11 +22,12 @@ class CachedModel:
 
     def trim_head(self, token_ids: list[int] | None) -> None:
         """Compute logits only for ``token_ids`` (others get -inf); None restores the full output head."""
-        if token_ids is None:
-            self.head_ids = self._head_weight = None
+        head = self.model.get_output_embeddings()
+        if token_ids is None or not isinstance(getattr(head, "weight", None), torch.Tensor):
+            self.head_ids = self._head_weight = None  # full head (also for quantised heads: already cheap)
             return
         self.head_ids = torch.tensor(sorted(set(token_ids)), device=self.device)
-        self._head_weight = self.model.get_output_embeddings().weight[self.head_ids]  # (kept, hidden)
+        self._head_weight = head.weight[self.head_ids]  # (kept, hidden)
 
     def reset(self) -> None:
         self.tokens = []

@@ -11,10 +11,13 @@ import torch
 
 from engine.catalog import BUILTIN_MODELS, builtin_dir, user_gguf_dir
 from engine.config import check_precision
-from engine.errors import IncompatiblePairError, UnknownModelError
+from engine.errors import IncompatiblePairError, InvalidSettingError, UnknownModelError
 
 # bitsandbytes int8 on CPU warns on every matmul; the cast it announces is expected
 warnings.filterwarnings("ignore", message="MatMul8bitLt: inputs will be cast")
+warnings.filterwarnings("ignore", message=".*torch.ao.quantization is deprecated")
+warnings.filterwarnings("ignore", message="For migrations of users")
+warnings.filterwarnings("ignore", message="torch.quantize_per_tensor, torch.quantize_per_channel")
 logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
 
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>")
@@ -36,8 +39,11 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def default_precision(device: torch.device) -> str:
-    return "nf4" if device.type == "cuda" else "bf16"
+def default_precision(device: torch.device, role: str = "target") -> str:
+    """nf4 for both on CUDA; on CPU bf16 for the target and dynamic int8 for the draft (the fastest here)."""
+    if device.type == "cuda":
+        return "nf4"
+    return "int8-dynamic" if role == "draft" else "bf16"
 
 
 def resolve_source(name: str) -> str:
@@ -58,7 +64,7 @@ def resolve_source(name: str) -> str:
 
 
 def _quantization_kwargs(precision: str, device: torch.device) -> dict:
-    if precision in ("bf16", "fp32"):
+    if precision in ("bf16", "fp32", "int8-dynamic"):  # int8-dynamic quantises an fp32 model after loading
         return {"dtype": torch.bfloat16 if precision == "bf16" else torch.float32}
     from transformers import BitsAndBytesConfig
     if precision == "int8":
@@ -70,12 +76,15 @@ def _quantization_kwargs(precision: str, device: torch.device) -> dict:
             if device.type == "cuda" else {"": "cpu"}}
 
 
-def load_model(name: str, precision: str | None = None, device: torch.device | None = None) -> LoadedModel:
-    """Load ``name`` at ``precision`` (bf16, fp32, int8, nf4). Raises UnknownModelError with the built-in names."""
+def load_model(name: str, precision: str | None = None, device: torch.device | None = None,
+               role: str = "target") -> LoadedModel:
+    """Load ``name`` at ``precision`` (see PRECISIONS). Raises UnknownModelError with the built-in names."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = device or default_device()
-    precision = check_precision(precision or default_precision(device))
+    precision = check_precision(precision or default_precision(device, role))
+    if precision == "int8-dynamic" and device.type != "cpu":
+        raise InvalidSettingError("int8-dynamic runs on CPU only; use int8 or nf4 (bitsandbytes) on a GPU")
     source = resolve_source(name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
@@ -85,6 +94,8 @@ def load_model(name: str, precision: str | None = None, device: torch.device | N
                                 f"Built-in models: {', '.join(BUILTIN_MODELS)}") from err
     if precision in ("bf16", "fp32"):
         model = model.to(device)
+    if precision == "int8-dynamic":
+        model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     model.eval()
     return wrap_model(name, precision, model, tokenizer)
 
@@ -98,10 +109,15 @@ def wrap_model(name: str, precision: str, model, tokenizer) -> LoadedModel:
     eos.update(vocab[t] for t in END_TOKENS if t in vocab)
     vocab_size = len(tokenizer) if tokenizer is not None else model.config.vocab_size
     return LoadedModel(name=name, precision=precision, model=model, tokenizer=tokenizer,
-                       vocab_size=min(vocab_size, model.get_output_embeddings().weight.shape[0]),
+                       vocab_size=min(vocab_size, _output_rows(model)),
                        eos_ids=frozenset(eos), context_window=int(getattr(model.config, "max_position_embeddings",
                                                                              4096)),
                        device=next(model.parameters()).device)
+
+
+def _output_rows(model) -> int:
+    head = model.get_output_embeddings()
+    return int(getattr(head, "out_features", None) or model.config.vocab_size)
 
 
 def check_pair(target: LoadedModel, draft: LoadedModel) -> None:

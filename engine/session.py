@@ -52,18 +52,18 @@ class ChatEngine:
     def load_pair(self, target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT,
                   target_precision: str | None = None, draft_precision: str | None = None) -> PairInfo:
         """Load (or reuse) both models and check they can pair. On any error the previous pair stays."""
-        new_target = self._reuse_or_load(self.target, target, target_precision)
-        new_draft = self._reuse_or_load(self.draft, draft, draft_precision)
+        new_target = self._reuse_or_load(self.target, target, target_precision, "target")
+        new_draft = self._reuse_or_load(self.draft, draft, draft_precision, "draft")
         check_pair(new_target, new_draft)
         with self._lock:
             self.target, self.draft = new_target, new_draft
         return self.info()
 
     @staticmethod
-    def _reuse_or_load(current: LoadedModel | None, name: str, precision: str | None) -> LoadedModel:
+    def _reuse_or_load(current: LoadedModel | None, name: str, precision: str | None, role: str) -> LoadedModel:
         if current is not None and current.name == name.strip() and precision in (None, current.precision):
             return current
-        return load_model(name.strip(), precision)
+        return load_model(name.strip(), precision, role=role)
 
     def use_models(self, target: LoadedModel, draft: LoadedModel) -> None:
         """Install already-loaded models (tests, benchmarks)."""

@@ -46,6 +46,20 @@ def test_smollm2_fp32_greedy_speculative_equals_reference(smol_engine, prompt, k
     assert kinds <= {"accepted", "corrected", "bonus", "target"} and "accepted" in kinds
 
 
+def test_default_cpu_draft_precision_int8_dynamic_stays_lossless_with_the_default_spec():
+    """The app's defaults on CPU: dynamic-int8 draft, hybrid proposer, adaptive k, trimmed head."""
+    from engine.config import DEFAULT_SPEC
+    engine = ChatEngine()
+    info = engine.load_pair(SMOL, SMOL, "fp32")
+    assert info.draft_precision == "int8-dynamic"
+    for prompt in PROMPTS:
+        messages = [{"role": "user", "content": prompt}]
+        sampling = SamplingConfig(max_new_tokens=40)
+        spec = done(engine.generate(messages, sampling, DEFAULT_SPEC, cache_mode="off"))[-1]
+        assert spec.token_ids == done(engine.generate_reference(messages, sampling))[-1].token_ids
+        assert spec.stats.accepted > 0
+
+
 def test_smollm2_events_carry_probabilities_and_text(smol_engine):
     events = done(smol_engine.generate([{"role": "user", "content": PROMPTS[0]}], SamplingConfig(max_new_tokens=30),
                                        SpecConfig(k=4)))

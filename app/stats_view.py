@@ -6,6 +6,7 @@ import pandas as pd
 from app.render import CACHE_LABELS, esc
 from engine.events import CacheEvent, StatsEvent
 
+SERVED = ("exact", "cached")  # cache outcomes where no model runs
 METER_MAX = 3.0  # the meter spans 0x .. 3x the target-only speed
 SERIES_COLORS = {"theory": "#6366f1", "measured": "#16a34a", "break-even": "#ef4444"}  # stable names, stable colours
 
@@ -62,13 +63,15 @@ def _cache_card(cache: CacheEvent | None) -> str:
             f'<div class="stat-value">{esc(value)}</div><div class="stat-label">cache</div></div>')
 
 
-def meter_html(factor: float | None, baseline: dict | None) -> str:
+def meter_html(factor: float | None, baseline: dict | None, served_from_cache: bool = False) -> str:
     """Break-even meter: the speculative speed as a multiple of the measured target-only speed."""
     if not baseline:
         return '<div class="meter-box"><div class="meter-caption">Target-only speed not measured yet.</div></div>'
+    if served_from_cache:  # no model ran: a speed ratio would be meaningless
+        factor = None
     fill = 0.0 if factor is None else min(factor, METER_MAX) / METER_MAX * 100
     state = "none" if factor is None else ("win" if factor >= 1.0 else "lose")
-    text = "–" if factor is None else f"{factor:.2f}× target-only"
+    text = "served from the cache" if served_from_cache else "–" if factor is None else f"{factor:.2f}× target-only"
     how = (f"target-only {baseline['tokens_per_s']:.1f} tok/s, measured on this machine: "
            f"{baseline.get('how', '')}")
     return (f'<div class="meter-box"><div class="meter-head"><span>Break-even meter</span>'
@@ -85,7 +88,8 @@ def render_stats(stats: StatsEvent | None, cache: CacheEvent | None, baseline: d
     cards = "".join(_card(label, value) for label, value in values.items())
     status_html = f'<div class="run-status">{esc(status)}</div>' if status else ""
     return (f'<div class="stats-panel" id="stats-panel">{status_html}<div class="stat-grid">{cards}'
-            f"{_cache_card(cache)}</div>{meter_html(speedup(stats, baseline), baseline)}</div>")
+            f"{_cache_card(cache)}</div>"
+            f"{meter_html(speedup(stats, baseline), baseline, cache is not None and cache.outcome in SERVED)}</div>")
 
 
 def _frame(rows: list[dict], dtypes: dict[str, str]) -> pd.DataFrame:
@@ -99,7 +103,8 @@ def acceptance_frame(stats: StatsEvent | None) -> pd.DataFrame:
     if stats is not None:
         for i, (acc, prop) in enumerate(zip(stats.accepted_by_pos, stats.proposed_by_pos)):
             if prop:
-                rows.append({"position": str(i + 1), "acceptance": acc / prop, "drafts": prop})
+                # zero-padded: the bar plot orders categories as text ("10" would sort before "2")
+                rows.append({"position": f"{i + 1:02d}", "acceptance": acc / prop, "drafts": prop})
     return _frame(rows, {"position": "str", "acceptance": "float64", "drafts": "int64"})
 
 

@@ -124,8 +124,8 @@ def test_format_stats():
 
 def test_render_stats_shows_cache_outcome_and_meter():
     baseline = {"tokens_per_s": 3.0, "how": "best of 2 runs"}
-    html = render_stats(stats(), CacheEvent("exact", matched_prompt="hi", similarity=1.0), baseline)
-    assert 'data-outcome="exact"' in html
+    html = render_stats(stats(), CacheEvent("verified", matched_prompt="hi", similarity=0.9), baseline)
+    assert 'data-outcome="verified"' in html
     assert "2.00× target-only" in html and "best of 2 runs" in html
     assert speedup(stats(), baseline) == pytest.approx(2.0)
 
@@ -140,7 +140,9 @@ def test_cost_ratio_and_plot_frames():
     s = stats()
     assert cost_ratio(s) == pytest.approx((0.4 / 16) / (1.2 / 4))
     acc = acceptance_frame(s)
-    assert list(acc["position"]) == ["1", "2", "3", "4"]
+    assert list(acc["position"]) == ["01", "02", "03", "04"]
+    assert sorted(acceptance_frame(StatsEvent(1, 1, 12, 12, 1.0, 12, accepted_by_pos=(1,) * 12,
+                                              proposed_by_pos=(1,) * 12))["position"])[-3:] == ["10", "11", "12"]
     assert list(acc["acceptance"]) == [1.0, 0.5, 0.25, 0.25]
     frame = speedup_frame(s, {"tokens_per_s": 3.0})
     assert set(frame["series"]) == {"theory", "measured", "break-even"}
@@ -294,3 +296,11 @@ def test_app_modules_do_not_import_torch():
     code = ("import sys, app.ui, app.chat, app.race, app.cache_panel, app.api, launch; "
             "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_meter_says_served_from_cache_instead_of_a_speed_ratio():
+    from app.stats_view import render_stats
+    from engine.events import CacheEvent
+    stats = StatsEvent(0, 40, 0, 0, 0.001, 0)
+    html = render_stats(stats, CacheEvent("exact", "q", 1.0), {"tokens_per_s": 7.0, "how": "x"})
+    assert "served from the cache" in html and "target-only</span>" not in html

@@ -12,6 +12,11 @@ from engine.stream import StatsTracker, TokenStream
 CACHE_MODES = ("off", "verify", "direct")
 
 
+def _cacheable(sampling: SamplingConfig) -> bool:
+    """Greedy answers, or seeded samples, are reproducible; an unseeded sample is a fresh draw each time."""
+    return sampling.greedy or sampling.seed is not None
+
+
 def chat_scope(target: LoadedModel, sampling: SamplingConfig, messages: list[dict]) -> str:
     """Everything besides the last prompt that shapes the answer (the draft model does not)."""
     system = "\n".join(m["content"] for m in messages if m["role"] == "system")
@@ -23,7 +28,7 @@ def lookup(cache: SemanticCache | None, target: LoadedModel, messages: list[dict
            mode: str, threshold: float | None) -> tuple[CacheHit, CacheEvent]:
     if cache is None or mode == "off":
         return CacheHit("miss"), CacheEvent("off", reason="cache is off")
-    if not sampling.greedy and sampling.seed is None:
+    if not _cacheable(sampling):
         return CacheHit("miss"), CacheEvent("off", reason="sampling without a seed: every answer is a fresh draw")
     hit = cache.lookup(messages[-1]["content"], chat_scope(target, sampling, messages), mode, threshold)
     return hit, hit.to_event()
@@ -47,7 +52,7 @@ def serve(hit: CacheHit, stream: TokenStream, cache: SemanticCache) -> Iterator[
 def remember(cache: SemanticCache | None, target: LoadedModel, messages: list[dict], sampling: SamplingConfig,
              done) -> bool:
     """Store a finished answer; cancelled or truncated ones are never stored."""
-    if cache is None or (not sampling.greedy and sampling.seed is None):
+    if cache is None or not _cacheable(sampling):
         return False
     return cache.store(messages[-1]["content"], chat_scope(target, sampling, messages), done.text,
                        done.token_ids, complete=done.finish_reason == "eos",

@@ -44,6 +44,13 @@ _PREFIX = "e:"
 _TAG = "entry"
 
 
+def _check_mode_and_threshold(mode: str, threshold: float) -> None:
+    if mode not in MODES:
+        raise InvalidSettingError(f"cache mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if not 0.0 < threshold <= 1.0:
+        raise InvalidSettingError(f"cache threshold must be in (0, 1], got {threshold}")
+
+
 def normalise_prompt(prompt: str) -> str:
     """Exact-tier key: NFKC, casefold, collapse whitespace, strip trailing punctuation."""
     s = re.sub(r"\s+", " ", unicodedata.normalize("NFKC", prompt).casefold()).strip()
@@ -100,10 +107,7 @@ class SemanticCache:
 
     def __init__(self, directory: str | os.PathLike, embedder, threshold: float = DEFAULT_THRESHOLD,
                  mode: str = "verify", size_limit_bytes: int = DEFAULT_SIZE_LIMIT, ttl_s: float | None = None):
-        if mode not in MODES:
-            raise InvalidSettingError(f"cache mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if not 0.0 < threshold <= 1.0:
-            raise InvalidSettingError(f"cache threshold must be in (0, 1], got {threshold}")
+        _check_mode_and_threshold(mode, threshold)
         if size_limit_bytes <= 0 or (ttl_s is not None and ttl_s <= 0):
             raise InvalidSettingError("cache size limit and TTL must be positive")
         self.directory, self.threshold, self.mode = os.fspath(directory), float(threshold), mode
@@ -192,10 +196,7 @@ class SemanticCache:
     def lookup(self, prompt: str, scope: str, mode: str | None = None, threshold: float | None = None) -> CacheHit:
         """``mode`` and ``threshold`` override the cache's defaults for this one lookup."""
         mode, threshold = mode or self.mode, self.threshold if threshold is None else float(threshold)
-        if mode not in MODES:
-            raise InvalidSettingError(f"cache mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if not 0.0 < threshold <= 1.0:
-            raise InvalidSettingError(f"cache threshold must be in (0, 1], got {threshold}")
+        _check_mode_and_threshold(mode, threshold)
         hit = self._call(lambda: self._lookup(prompt, scope, mode, threshold))
         self._counts[hit.outcome] += 1
         return hit

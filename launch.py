@@ -36,8 +36,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def open_semantic_cache():
     """The semantic cache under the cache root, or None (with a message) when its embedder is unavailable."""
     from engine.catalog import cache_root
-    from engine.embedder import load_default_embedder
-    from engine.semantic_cache import SemanticCache
+    from engine.cache.embedder import load_default_embedder
+    from engine.cache.semantic_cache import SemanticCache
 
     print("[speclens] opening the semantic cache (MiniLM embedder)…", flush=True)
     try:

@@ -19,9 +19,9 @@ from tqdm.auto import tqdm
 
 from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.config import DEFAULT_SPEC, PRECISIONS, SamplingConfig, SpecConfig
-from engine.cached_chat import chat_scope
-from engine.embedder import load_default_embedder
-from engine.semantic_cache import SemanticCache
+from engine.cache.cached_chat import chat_scope
+from engine.cache.embedder import load_default_embedder
+from engine.cache.semantic_cache import SemanticCache
 from engine.session import ChatEngine
 
 WARMUP_PROMPT = "Say hello."

@@ -5,6 +5,10 @@ class EngineError(ValueError):
     """Base class: bad input or an impossible request. The engine stays usable after one."""
 
 
+class NoPairError(EngineError):
+    """No draft/target pair is loaded yet."""
+
+
 class UnknownModelError(EngineError):
     pass
 

@@ -7,12 +7,12 @@ from collections.abc import Iterator
 
 from engine.config import SamplingConfig
 from engine.events import Event
-from engine.kv import CachedModel
+from engine.runner import ModelRunner
 from engine.sampling import logits_to_probs, make_generator, sample
 from engine.stream import StatsTracker, TokenStream
 
 
-def reference_generate(target: CachedModel, prompt_ids: list[int], stream: TokenStream, sampling: SamplingConfig,
+def reference_generate(target: ModelRunner, prompt_ids: list[int], stream: TokenStream, sampling: SamplingConfig,
                        cancel: threading.Event | None = None) -> Iterator[Event]:
     generator = make_generator(sampling.seed)
     stats = StatsTracker(proposer="target-only")
@@ -22,7 +22,7 @@ def reference_generate(target: CachedModel, prompt_ids: list[int], stream: Token
             yield stream.done(stats.snapshot(len(stream.token_ids)), reason="cancelled")
             return
         t = time.perf_counter()
-        p_target = logits_to_probs(target.forward(target.sync(context), n_logits=1)[-1], sampling)  # (vocab,)
+        p_target = logits_to_probs(target.forward(context[len(target.tokens):], n_logits=1)[-1], sampling)  # (vocab,)
         token = sample(p_target, sampling, generator)
         stats.verify_s += time.perf_counter() - t
         stats.record_step(0, 0)

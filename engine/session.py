@@ -10,18 +10,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
-from engine import cached_chat
-from engine.chat import encode_chat
+from engine.cache import cached_chat
+from engine.prompt import encode_chat
 from engine.config import SamplingConfig, SpecConfig
-from engine.errors import InvalidSettingError
+from engine.errors import InvalidSettingError, NoPairError
 from engine.events import Event
 from engine.kpolicy import AdaptiveK, FixedK, KPolicy
-from engine.kv import CachedModel
+from engine.runner import ModelRunner
 from engine.models import LoadedModel, check_pair, load_model
 from engine.proposers import PROPOSERS
 from engine.proposers.cached_answer import CachedAnswerProposer
 from engine.reference import reference_generate
-from engine.semantic_cache import SemanticCache
+from engine.cache.semantic_cache import SemanticCache
 from engine.speculative import speculative_generate
 from engine.stream import TokenStream
 
@@ -41,22 +41,36 @@ class PairInfo:
     device: str
 
 
+@dataclass(frozen=True)
+class Pair:
+    """The loaded models as one value: swapped in one assignment, read once per request."""
+    target: LoadedModel
+    draft: LoadedModel
+
+    def info(self) -> PairInfo:
+        return PairInfo(self.target.name, self.draft.name, self.target.precision, self.draft.precision,
+                        str(self.target.device))
+
+
 class ChatEngine:
+    """Safe to share between threads: a request reads ``self.pair`` once and uses only that value; model
+    forwards run one at a time under ``self._lock``; swapping the pair never waits for a generation."""
+
     def __init__(self, cache: SemanticCache | None = None):
         self.cache = cache
-        self.target: LoadedModel | None = None
-        self.draft: LoadedModel | None = None
-        self._lock = threading.Lock()
+        self.pair: Pair | None = None
+        self._lock = threading.Lock()  # one generation on the models at a time
+        self._load_lock = threading.Lock()  # one load at a time
 
     # -- models -------------------------------------------------------------------------------------------
     def load_pair(self, target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT,
                   target_precision: str | None = None, draft_precision: str | None = None) -> PairInfo:
         """Load (or reuse) both models and check they can pair. On any error the previous pair stays."""
-        new_target = self._reuse_or_load(self.target, target, target_precision, "target")
-        new_draft = self._reuse_or_load(self.draft, draft, draft_precision, "draft")
-        check_pair(new_target, new_draft)
-        with self._lock:
-            self.target, self.draft = new_target, new_draft
+        with self._load_lock:
+            current = self.pair
+            new_target = self._reuse_or_load(current and current.target, target, target_precision, "target")
+            new_draft = self._reuse_or_load(current and current.draft, draft, draft_precision, "draft")
+            self.use_models(new_target, new_draft)
         return self.info()
 
     @staticmethod
@@ -66,32 +80,41 @@ class ChatEngine:
         return load_model(name.strip(), precision, role=role)
 
     def use_models(self, target: LoadedModel, draft: LoadedModel) -> None:
-        """Install already-loaded models (tests, benchmarks)."""
+        """Install already-loaded models (tests, benchmarks): one assignment, after the pair check."""
         check_pair(target, draft)
-        self.target, self.draft = target, draft
+        self.pair = Pair(target, draft)
+
+    def require_pair(self) -> Pair:
+        pair = self.pair
+        if pair is None:
+            raise NoPairError("no models loaded yet: load a target and a draft first")
+        return pair
+
+    @property
+    def target(self) -> LoadedModel:
+        return self.require_pair().target
+
+    @property
+    def draft(self) -> LoadedModel:
+        return self.require_pair().draft
 
     def info(self) -> PairInfo:
-        self._require_pair()
-        return PairInfo(self.target.name, self.draft.name, self.target.precision, self.draft.precision,
-                        str(self.target.device))
-
-    def _require_pair(self) -> None:
-        if self.target is None or self.draft is None:
-            raise InvalidSettingError("no models loaded yet: load a target and a draft first")
+        return self.require_pair().info()
 
     @staticmethod
-    def _runner(loaded: LoadedModel) -> CachedModel:
+    def _runner(loaded: LoadedModel) -> ModelRunner:
         """A fresh KV cache per generation: the same prompt and seed always give the same answer."""
-        return CachedModel(loaded.model, loaded.vocab_size)
+        return ModelRunner(loaded.model, loaded.vocab_size)
 
     # -- generation ---------------------------------------------------------------------------------------
-    def encode(self, messages: list[dict], sampling: SamplingConfig) -> list[int]:
-        self._require_pair()
-        return encode_chat(self.target.tokenizer, messages, self.target.context_window, sampling.max_new_tokens)
+    def encode(self, messages: list[dict], sampling: SamplingConfig, pair: Pair | None = None) -> list[int]:
+        target = (pair or self.require_pair()).target
+        return encode_chat(target.tokenizer, messages, target.context_window, sampling.max_new_tokens)
 
-    def _stream(self, prompt_ids: list[int], sampling: SamplingConfig) -> TokenStream:
-        room = self.target.context_window - len(prompt_ids)
-        return TokenStream(self.target.tokenizer, self.target.eos_ids, min(sampling.max_new_tokens, room),
+    @staticmethod
+    def _stream(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig) -> TokenStream:
+        room = target.context_window - len(prompt_ids)
+        return TokenStream(target.tokenizer, target.eos_ids, min(sampling.max_new_tokens, room),
                            sampling.stop_on_eos)
 
     def generate(self, messages: list[dict], sampling: SamplingConfig, spec: SpecConfig,
@@ -101,32 +124,34 @@ class ChatEngine:
 
         Yields a CacheEvent first, then TokenEvents and StatsEvents, and a DoneEvent last.
         """
-        prompt_ids = self.encode(messages, sampling)
+        pair = self.require_pair()  # read once: a concurrent pair switch affects only later requests
+        prompt_ids = self.encode(messages, sampling, pair)
         if spec.proposer not in PROPOSERS:
             raise InvalidSettingError(f"unknown proposer {spec.proposer!r}; choose one of {', '.join(PROPOSERS)}")
         if cache_mode not in cached_chat.CACHE_MODES:
             raise InvalidSettingError(f"cache mode must be one of {', '.join(cached_chat.CACHE_MODES)}")
-        hit, cache_event = cached_chat.lookup(self.cache, self.target, messages, sampling, cache_mode,
+        hit, cache_event = cached_chat.lookup(self.cache, pair.target, messages, sampling, cache_mode,
                                               cache_threshold)
         yield cache_event
-        stream = self._stream(prompt_ids, sampling)
+        stream = self._stream(pair.target, prompt_ids, sampling)
         if hit.outcome in ("exact", "cached"):
             yield from cached_chat.serve(hit, stream, self.cache)
             return
         with self._lock:
-            proposer = PROPOSERS[spec.proposer](self._runner(self.draft), spec.adaptive)
+            proposer = PROPOSERS[spec.proposer](self._runner(pair.draft), spec.adaptive)
             if hit.outcome == "verified":  # the cached answer becomes the draft; the target has the last word
                 proposer = CachedAnswerProposer(list(hit.answer_token_ids), fallback=proposer)
-            for event in speculative_generate(self._runner(self.target), proposer, prompt_ids, stream, sampling,
+            for event in speculative_generate(self._runner(pair.target), proposer, prompt_ids, stream, sampling,
                                               k_policy(spec), cancel):
                 if event.type == "done":
-                    cached_chat.remember(self.cache, self.target, messages, sampling, event)
+                    cached_chat.remember(self.cache, pair.target, messages, sampling, event)
                 yield event
 
     def generate_reference(self, messages: list[dict], sampling: SamplingConfig,
                            cancel: threading.Event | None = None) -> Iterator[Event]:
         """Target-only decoding: the reference every speculative answer must match."""
-        prompt_ids = self.encode(messages, sampling)
+        pair = self.require_pair()
+        prompt_ids = self.encode(messages, sampling, pair)
         with self._lock:
-            yield from reference_generate(self._runner(self.target), prompt_ids, self._stream(prompt_ids, sampling),
-                                          sampling, cancel)
+            yield from reference_generate(self._runner(pair.target), prompt_ids,
+                                          self._stream(pair.target, prompt_ids, sampling), sampling, cancel)

@@ -14,14 +14,14 @@ import torch
 from engine.config import SamplingConfig
 from engine.events import Event, TokenEvent
 from engine.kpolicy import FixedK, KPolicy
-from engine.kv import CachedModel
+from engine.runner import ModelRunner
 from engine.proposers.base import Draft, Proposer
 from engine.sampling import logits_to_probs, make_generator
 from engine.stream import StatsTracker, TokenStream
 from engine.verify import Verdict, verify_greedy, verify_rejection
 
 
-def speculative_generate(target: CachedModel, proposer: Proposer, prompt_ids: list[int], stream: TokenStream,
+def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: list[int], stream: TokenStream,
                          sampling: SamplingConfig, k_policy: KPolicy | None = None,
                          cancel: threading.Event | None = None) -> Iterator[Event]:
     """Yield TokenEvents as they are decided, a StatsEvent after each step, and a final DoneEvent."""
@@ -40,7 +40,8 @@ def speculative_generate(target: CachedModel, proposer: Proposer, prompt_ids: li
         draft = proposer.propose(context, min(k_policy.next_k(), budget)).truncate(budget)
         t1 = time.perf_counter()
         # 2. verify: one target forward over [tokens the target has not seen, *draft]
-        feed = target.sync(context)
+        target.rollback(target.reusable_prefix(context))
+        feed = context[len(target.tokens):]
         logits = target.forward(feed + draft.tokens, n_logits=len(draft) + 1)  # (k+1, vocab)
         p_target = logits_to_probs(logits, sampling)
         # 3. accept

@@ -4,8 +4,8 @@ import threading
 import pytest
 
 from engine.config import SamplingConfig, SpecConfig
-from engine.embedder import load_default_embedder
-from engine.semantic_cache import SemanticCache
+from engine.cache.embedder import load_default_embedder
+from engine.cache.semantic_cache import SemanticCache
 from engine.session import ChatEngine
 
 pytestmark = pytest.mark.real
@@ -53,7 +53,7 @@ def test_verified_path_returns_the_target_answer_even_when_the_cached_answer_is_
     tokenizer = engine.target.tokenizer
     wrong = "def add(a, b):\n    return a - b  # deliberately wrong\n"
     scope_messages = [{"role": "user", "content": prompt}]
-    from engine.cached_chat import chat_scope
+    from engine.cache.cached_chat import chat_scope
     engine.cache.store(prompt, chat_scope(engine.target, GREEDY, scope_messages), wrong,
                        tokenizer(wrong, add_special_tokens=False)["input_ids"], complete=True)
     events = ask(engine, paraphrase)

@@ -1,7 +1,7 @@
 """Each guard on hand-made pairs: what it must catch, and paraphrases it must let through."""
 import pytest
 
-from engine.guards import (analyse, canonical, entity_guard, failed_guards, negation_guard, numbers_guard,
+from engine.cache.guards import (analyse, canonical, entity_guard, failed_guards, negation_guard, numbers_guard,
                            order_guard, stem)
 
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from engine.config import SamplingConfig
-from engine.embedder import HashEmbedder, load_default_embedder
+from engine.cache.embedder import HashEmbedder, load_default_embedder
 from engine.errors import InvalidSettingError
-from engine.semantic_cache import CacheHit, SemanticCache, entry_key, make_scope, normalise_prompt
+from engine.cache.semantic_cache import CacheHit, SemanticCache, entry_key, make_scope, normalise_prompt
 
 REPO = Path(__file__).resolve().parents[1]
 SCOPE = make_scope("qwen-1.5b", "bf16", SamplingConfig(), "You are helpful.", [])
@@ -188,8 +188,8 @@ def test_file_in_place_of_the_directory_is_moved_aside(tmp_path):
 # ---- processes and scale ---------------------------------------------------------------------------
 _WRITER = textwrap.dedent("""
     import os, sys, time
-    from engine.embedder import HashEmbedder
-    from engine.semantic_cache import SemanticCache
+    from engine.cache.embedder import HashEmbedder
+    from engine.cache.semantic_cache import SemanticCache
     directory, name, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     cache = SemanticCache(directory, HashEmbedder(64))
     while not os.path.exists(go):  # start together

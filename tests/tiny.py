@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from engine.kv import CachedModel
+from engine.runner import ModelRunner
 from engine.models import wrap_model
 
 VOCAB = 48
@@ -47,5 +47,5 @@ def tiny_pair(seed: int = 0, noise: float = 0.02):
     return wrap_model("tiny-target", "fp32", target, tok), wrap_model("tiny-draft", "fp32", draft, tok)
 
 
-def cached(loaded) -> CachedModel:
-    return CachedModel(loaded.model, loaded.vocab_size)
+def cached(loaded) -> ModelRunner:
+    return ModelRunner(loaded.model, loaded.vocab_size)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from engine.config import SamplingConfig
-from engine.kv import CachedModel
+from engine.runner import ModelRunner
 from engine.proposers.base import EMPTY_DRAFT, Draft
 from engine.sampling import logits_to_probs, sample
 
@@ -12,7 +12,7 @@ from engine.sampling import logits_to_probs, sample
 class DraftModelProposer:
     name = "draft"
 
-    def __init__(self, draft: CachedModel, min_confidence: float = 0.0, head_tokens: int | None = None):
+    def __init__(self, draft: ModelRunner, min_confidence: float = 0.0, head_tokens: int | None = None):
         self.draft = draft
         self.min_confidence = min_confidence  # stop drafting once P(all drafted tokens right) looks lower
         # Trim the draft's output head to the ``head_tokens`` lowest ids (BPE ranks: the most frequent
@@ -30,7 +30,8 @@ class DraftModelProposer:
     def propose(self, context_ids: list[int], k: int) -> Draft:
         if k <= 0:
             return EMPTY_DRAFT
-        feed = self.draft.sync(context_ids)  # roll back to what is still valid, feed the rest
+        self.draft.rollback(self.draft.reusable_prefix(context_ids))  # keep what is still valid
+        feed = context_ids[len(self.draft.tokens):]
         tokens, q_rows, confidence = [], [], 1.0
         for _ in range(k):
             q = logits_to_probs(self.draft.forward(feed, n_logits=1)[-1], self.sampling)  # (vocab,)

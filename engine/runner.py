@@ -1,8 +1,8 @@
 """A model plus its KV cache, with the one place where cache state changes.
 
 Invariant (checked in tests): ``cache length == len(tokens)``, i.e. the cache holds exactly the tokens this
-model has consumed. ``sync`` rolls back to the longest prefix still valid for a new context; ``forward`` feeds
-new tokens. Positions follow from the cache length; nothing moves them behind the caller's back.
+model has consumed. ``rollback`` is the one call that drops cached tokens (``reusable_prefix`` says how
+many stay valid); ``forward`` feeds new tokens. Positions follow from the cache length.
 """
 from __future__ import annotations
 
@@ -10,7 +10,13 @@ import torch
 from transformers import DynamicCache
 
 
-class CachedModel:
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token lists (= index of the first difference)."""
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+class ModelRunner:
     def __init__(self, model, vocab_size: int):
         self.model = model
         self.vocab_size = vocab_size  # logits are cut to the tokenizer's vocabulary (padding rows dropped)
@@ -42,16 +48,12 @@ class CachedModel:
             self.cache.crop(n_tokens - len(self.tokens))  # transformers 5: a negative count removes tokens
             del self.tokens[n_tokens:]
 
-    def sync(self, context_ids: list[int]) -> list[int]:
-        """Roll back to the common prefix with ``context_ids``; return the tokens still to feed.
+    def reusable_prefix(self, context_ids: list[int]) -> int:
+        """How many consumed tokens are still valid for ``context_ids``. Changes nothing.
 
-        At least the last context token is always returned: its logits predict what comes next.
+        Never the whole context: the last context token must be fed again, its logits predict what comes next.
         """
-        n = min(len(self.tokens), len(context_ids) - 1)
-        if self.tokens[:n] != context_ids[:n]:
-            n = next(i for i, (a, b) in enumerate(zip(self.tokens, context_ids)) if a != b)
-        self.rollback(n)
-        return context_ids[n:]
+        return common_prefix(self.tokens, context_ids[:-1])
 
     @torch.inference_mode()
     def forward(self, new_ids: list[int], n_logits: int = 0) -> torch.Tensor:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from engine.config import SamplingConfig
 from engine.events import CacheEvent, Event
 from engine.models import LoadedModel
-from engine.semantic_cache import CacheHit, SemanticCache, make_scope
+from engine.cache.semantic_cache import CacheHit, SemanticCache, make_scope
 from engine.stream import StatsTracker, TokenStream
 
 CACHE_MODES = ("off", "verify", "direct")

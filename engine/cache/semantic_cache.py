@@ -28,10 +28,10 @@ import diskcache
 import numpy as np
 
 from engine.config import SamplingConfig
-from engine.embedder import EmbeddingIndex, normalise_rows
+from engine.cache.embedder import EmbeddingIndex, normalise_rows
 from engine.errors import InvalidSettingError
 from engine.events import CacheEvent
-from engine.guards import failed_guards
+from engine.cache.guards import failed_guards
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,184 @@
+"""Evaluate the semantic cache on labelled prompt pairs, and measure its lookup latency.
+
+    python -m engine.cache_eval --pairs FILE.jsonl [--json OUT] [--threshold X]
+    python -m engine.cache_eval --latency [--entries 10000]
+
+FILE.jsonl holds {"a": ..., "b": ..., "same": bool} per line. For each pair a fresh cache stores ``a`` and
+looks up ``b`` in ``direct`` mode. "Served" means answered without verification (exact or cached); the
+raw-cosine columns show what serving every hit above the threshold would give.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from tqdm import tqdm
+
+from engine.config import SamplingConfig
+from engine.cache.embedder import HashEmbedder, load_default_embedder, normalise_rows
+from engine.cache.semantic_cache import DEFAULT_THRESHOLD, OUTCOMES, SemanticCache, make_scope
+
+EVAL_SCOPE = make_scope("eval-target", "bf16", SamplingConfig(), "", [])
+PLACEHOLDER = "<cached answer>"
+
+
+def load_pairs(path: str | Path) -> list[dict]:
+    pairs = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    for i, p in enumerate(pairs, 1):
+        if not {"a", "b", "same"} <= p.keys():
+            raise ValueError(f"{path}:{i}: each line needs keys a, b, same")
+    return pairs
+
+
+def precision_recall(predicted: list[bool], truth: list[bool]) -> tuple[float | None, float | None]:
+    tp = sum(p and t for p, t in zip(predicted, truth))
+    n_pred, n_true = sum(predicted), sum(truth)
+    return (tp / n_pred if n_pred else None), (tp / n_true if n_true else None)
+
+
+class MemoEmbedder:
+    """Encodes all texts once, in one batch; the per-pair caches then reuse the vectors."""
+
+    def __init__(self, embedder, texts: list[str]):
+        unique = list(dict.fromkeys(texts))
+        self._vecs = dict(zip(unique, normalise_rows(embedder.encode(unique))))
+        self._embedder = embedder
+
+    def encode(self, texts: list[str]):
+        missing = [t for t in texts if t not in self._vecs]
+        if missing:
+            self._vecs.update(zip(missing, normalise_rows(self._embedder.encode(missing))))
+        return normalise_rows([self._vecs[t] for t in texts])
+
+
+def evaluate_pairs(pairs: list[dict], embedder, threshold: float = DEFAULT_THRESHOLD, progress: bool = True) -> dict:
+    rows = []
+    embedder = MemoEmbedder(embedder, [p[k] for p in pairs for k in ("a", "b")])
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, pair in enumerate(tqdm(pairs, desc="pairs", disable=not progress)):
+            with SemanticCache(Path(tmp) / str(i), embedder, threshold=threshold, mode="direct") as cache:
+                cache.store(pair["a"], EVAL_SCOPE, PLACEHOLDER, [0], complete=True)
+                hit = cache.lookup(pair["b"], EVAL_SCOPE)
+            va, vb = normalise_rows(embedder.encode([pair["a"], pair["b"]]))
+            rows.append({"a": pair["a"], "b": pair["b"], "same": bool(pair["same"]), "outcome": hit.outcome,
+                         "cosine": round(float(va @ vb), 4), "reason": hit.reason})
+    return summarise(rows, threshold)
+
+
+def summarise(rows: list[dict], threshold: float) -> dict:
+    truth = [r["same"] for r in rows]
+    served = [r["outcome"] in ("exact", "cached") for r in rows]
+    raw = [r["cosine"] >= threshold for r in rows]
+    sp, sr = precision_recall(served, truth)
+    rp, rr = precision_recall(raw, truth)
+    return {
+        "threshold": threshold, "pairs": len(rows), "same_pairs": sum(truth),
+        "served_precision": sp, "served_recall": sr, "served": sum(served),
+        "false_served": sum(s and not t for s, t in zip(served, truth)),
+        "outcomes": {o: Counter(r["outcome"] for r in rows)[o] for o in OUTCOMES},
+        "raw_cosine_precision": rp, "raw_cosine_recall": rr, "rows": rows,
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "  n/a" if x is None else f"{x:5.2f}"
+
+
+def format_report(report: dict) -> str:
+    lines = [f"{'same':>5} {'cos':>5} {'outcome':>9}  pair / reason", "-" * 100]
+    for r in report["rows"]:
+        mark = " !" if r["outcome"] in ("exact", "cached") and not r["same"] else ""
+        lines.append(f"{str(r['same']):>5} {r['cosine']:5.3f} {r['outcome']:>9}{mark:2} {r['a']} | {r['b']}")
+        if r["reason"]:
+            lines.append(f"{'':24}-> {r['reason']}")
+    o = report["outcomes"]
+    lines += ["-" * 100,
+              f"pairs {report['pairs']} (same {report['same_pairs']}), threshold {report['threshold']:.2f}",
+              f"outcomes: exact {o['exact']}  cached {o['cached']}  verified {o['verified']}  miss {o['miss']}",
+              f"{'':22}{'precision':>10} {'recall':>7}",
+              f"{'served (guards)':22}{_pct(report['served_precision']):>10} {_pct(report['served_recall']):>7}"
+              f"   ({report['served']} served, {report['false_served']} wrong)",
+              f"{'raw cosine >= thr':22}{_pct(report['raw_cosine_precision']):>10}"
+              f" {_pct(report['raw_cosine_recall']):>7}"]
+    return "\n".join(lines)
+
+
+def _median_ms(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def measure_latency(n_entries: int = 10_000, repeats: int = 200, real_model: bool = True) -> dict:
+    """Lookup times over ``n_entries`` random unit vectors (fake embedder, 384-d like MiniLM)."""
+    embedder = HashEmbedder(384)
+    out = {"entries": n_entries}
+    with tempfile.TemporaryDirectory() as tmp, SemanticCache(Path(tmp) / "c", embedder) as cache:
+        t0 = time.perf_counter()
+        for i in tqdm(range(n_entries), desc="fill", leave=False):
+            cache.store(f"prompt {i}", EVAL_SCOPE, f"answer {i} " * 20, list(range(40)), complete=True)
+        out["fill_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        reopened = SemanticCache(Path(tmp) / "c", embedder)
+        out["reopen_and_index_ms"] = (len(reopened), time.perf_counter() - t0)[1] * 1e3
+        reopened.close()
+        if cache.lookup("PROMPT 1234?", EVAL_SCOPE).outcome != "exact":
+            raise RuntimeError("latency setup: expected an exact hit")
+        out["exact_hit_ms"] = _median_ms(lambda: cache.lookup("PROMPT 1234?", EVAL_SCOPE), repeats)
+        misses = iter(range(10 ** 9))
+        out["semantic_lookup_ms"] = _median_ms(lambda: cache.lookup(f"novel {next(misses)}", EVAL_SCOPE), repeats)
+        query = embedder.encode(["x"])[0]
+        out["index_matmul_ms"] = _median_ms(lambda: cache._index.search(EVAL_SCOPE, query), repeats)
+    if real_model:
+        model = load_default_embedder()
+        model.encode(["warm up"])
+        out["minilm_encode_ms"] = _median_ms(lambda: model.encode(["How do I reverse a list in Python?"]), 50)
+    return out
+
+
+def format_latency(r: dict) -> str:
+    lines = [f"entries                      {r['entries']}",
+             f"fill (store x n)             {r['fill_s']:.2f} s",
+             f"reopen + build index         {r['reopen_and_index_ms']:.1f} ms",
+             f"exact hit (serve)            {r['exact_hit_ms']:.3f} ms",
+             f"semantic lookup, fake embed  {r['semantic_lookup_ms']:.3f} ms",
+             f"  of which index matmul      {r['index_matmul_ms']:.3f} ms"]
+    if "minilm_encode_ms" in r:
+        lines.append(f"MiniLM query encode (CPU)    {r['minilm_encode_ms']:.2f} ms"
+                     f"  -> semantic lookup ~{r['semantic_lookup_ms'] + r['minilm_encode_ms']:.1f} ms")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m engine.cache_eval", description=__doc__.split("\n")[0])
+    parser.add_argument("--pairs", help="JSONL file of {a, b, same}")
+    parser.add_argument("--json", help="write the full report here")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
+    parser.add_argument("--latency", action="store_true", help="measure lookup latency")
+    parser.add_argument("--entries", type=int, default=10_000, help="cache size for --latency")
+    args = parser.parse_args(argv)
+    if not args.pairs and not args.latency:
+        parser.error("give --pairs FILE.jsonl and/or --latency")
+    report = {}
+    if args.pairs:
+        report["pairs"] = evaluate_pairs(load_pairs(args.pairs), load_default_embedder(), args.threshold)
+        print(format_report(report["pairs"]))
+    if args.latency:
+        report["latency"] = measure_latency(args.entries)
+        print(format_latency(report["latency"]))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,19 +1,21 @@
 """The engine as the app sees it: a loaded draft/target pair and a ``generate`` that yields events.
 
-One generation runs at a time (a lock); loading a new pair leaves the old one in place until the new one
-has loaded and passed the pair check.
+Model forwards run one step at a time under one lock, which is never held while a caller runs (it is
+released at every yield), so no call order can deadlock. Loading a new pair leaves the old one in place until
+the new one has loaded and passed the pair check.
 """
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 
 from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.cache import cached_chat
 from engine.prompt import encode_chat
-from engine.config import SamplingConfig, SpecConfig
-from engine.errors import InvalidSettingError, NoPairError
+from engine.config import CacheConfig, SamplingConfig, SpecConfig
+from engine.errors import NoPairError
 from engine.events import Event
 from engine.kpolicy import AdaptiveK, FixedK, KPolicy
 from engine.runner import ModelRunner
@@ -54,12 +56,13 @@ class Pair:
 
 class ChatEngine:
     """Safe to share between threads: a request reads ``self.pair`` once and uses only that value; model
-    forwards run one at a time under ``self._lock``; swapping the pair never waits for a generation."""
+    forwards run one step at a time under ``self._lock``, released at every yield; swapping the pair never
+    waits for a generation."""
 
     def __init__(self, cache: SemanticCache | None = None):
         self.cache = cache
         self.pair: Pair | None = None
-        self._lock = threading.Lock()  # one generation on the models at a time
+        self._lock = threading.Lock()  # one decoding step on the models at a time; never held across a yield
         self._load_lock = threading.Lock()  # one load at a time
 
     # -- models -------------------------------------------------------------------------------------------
@@ -117,41 +120,46 @@ class ChatEngine:
         return TokenStream(target.tokenizer, target.eos_ids, min(sampling.max_new_tokens, room),
                            sampling.stop_on_eos)
 
-    def generate(self, messages: list[dict], sampling: SamplingConfig, spec: SpecConfig,
-                 cancel: threading.Event | None = None, cache_mode: str = "verify",
-                 cache_threshold: float | None = None) -> Iterator[Event]:
+    def _stepwise(self, events: Iterator[Event]) -> Iterator[Event]:
+        """Compute each event under the lock, hand it over without it: a caller holding a paused generator
+        can start another generation (or measure a baseline) in the same thread without a deadlock."""
+        with closing(events):  # closing this generator (a cancelled request) closes the decoder too
+            while True:
+                with self._lock:
+                    event = next(events, None)
+                if event is None:
+                    return
+                yield event
+
+    def generate(self, messages: list[dict], sampling: SamplingConfig, spec: SpecConfig, *,
+                 cache: CacheConfig = CacheConfig(), cancel: threading.Event | None = None) -> Iterator[Event]:
         """The assistant's answer to ``messages``: from the cache, or by speculative decoding.
 
         Yields a CacheEvent first, then TokenEvents and StatsEvents, and a DoneEvent last.
         """
         pair = self.require_pair()  # read once: a concurrent pair switch affects only later requests
         prompt_ids = self.encode(messages, sampling, pair)
-        if spec.proposer not in PROPOSERS:
-            raise InvalidSettingError(f"unknown proposer {spec.proposer!r}; choose one of {', '.join(PROPOSERS)}")
-        if cache_mode not in cached_chat.CACHE_MODES:
-            raise InvalidSettingError(f"cache mode must be one of {', '.join(cached_chat.CACHE_MODES)}")
-        hit, cache_event = cached_chat.lookup(self.cache, pair.target, messages, sampling, cache_mode,
-                                              cache_threshold)
+        hit, cache_event = cached_chat.lookup(self.cache, pair.target, messages, sampling, cache)
         yield cache_event
         stream = self._stream(pair.target, prompt_ids, sampling)
         if hit.outcome in ("exact", "cached"):
             yield from cached_chat.serve(hit, stream, self.cache)
             return
-        with self._lock:
-            proposer = PROPOSERS[spec.proposer](self._runner(pair.draft), spec.adaptive)
-            if hit.outcome == "verified":  # the cached answer becomes the draft; the target has the last word
-                proposer = CachedAnswerProposer(list(hit.answer_token_ids), fallback=proposer)
-            for event in speculative_generate(self._runner(pair.target), proposer, prompt_ids, stream, sampling,
-                                              k_policy(spec), cancel):
-                if event.type == "done":
-                    cached_chat.remember(self.cache, pair.target, messages, sampling, event)
-                yield event
+        proposer = PROPOSERS[spec.proposer](self._runner(pair.draft), spec.adaptive)
+        if hit.outcome == "verified":  # the cached answer becomes the draft; the target has the last word
+            proposer = CachedAnswerProposer(list(hit.answer_token_ids), fallback=proposer)
+        decoder = speculative_generate(self._runner(pair.target), proposer, prompt_ids, stream, sampling,
+                                       k_policy(spec), cancel)
+        for event in self._stepwise(decoder):
+            if event.type == "done":
+                cached_chat.remember(self.cache, pair.target, messages, sampling, event)
+            yield event
 
     def generate_reference(self, messages: list[dict], sampling: SamplingConfig,
                            cancel: threading.Event | None = None) -> Iterator[Event]:
         """Target-only decoding: the reference every speculative answer must match."""
         pair = self.require_pair()
         prompt_ids = self.encode(messages, sampling, pair)
-        with self._lock:
-            yield from reference_generate(self._runner(pair.target), prompt_ids,
-                                          self._stream(pair.target, prompt_ids, sampling), sampling, cancel)
+        stream = self._stream(pair.target, prompt_ids, sampling)
+        yield from self._stepwise(reference_generate(self._runner(pair.target), prompt_ids, stream, sampling,
+                                                     cancel))

@@ -6,9 +6,8 @@ import gradio as gr
 from app.context import AppContext
 from app.render import error_html, esc
 from app.stats_view import render_stats
+from engine.config import AUTO
 from engine.errors import EngineError
-
-AUTO = "auto"
 
 
 def pair_status_html(pair: dict | None, baseline: dict | None = None, note: str = "") -> str:

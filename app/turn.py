@@ -52,7 +52,7 @@ class Turn:
 
     def html(self, streaming: bool = False) -> str:
         """Always with the rejected draft tokens: the "show rejected" switch hides them with CSS."""
-        return render_answer(self.tokens, self.cache, self.finish_reason, True, streaming)
+        return render_answer(self.tokens, self.cache, self.finish_reason, streaming=streaming)
 
     def kind_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -5,12 +5,13 @@ import contextlib
 
 import gradio as gr
 
+from app import toast
 from app.components import read_settings
 from app.context import AppContext, session_id
-from app.render import error_html
-from app.settings import UISettings, cache_options, sampling_config, spec_config
+from app.render import error_html, error_message
+from app.settings import UISettings, sampling_config, spec_config
 from app.turn import Turn
-from engine.errors import EngineError
+from engine.config import CACHE_OFF
 
 
 def create_race_tab() -> dict:
@@ -78,13 +79,21 @@ def _start_reference(ctx: AppContext, messages: list[dict], s: UISettings, flag)
 
 
 def run_race(ctx: AppContext, elems: dict, prompt: str, s: UISettings, session: str):
+    """Both runs, streamed; closing this generator (Stop, a closed tab) stops the engine at its next step."""
     flag = ctx.cancels.new(session)
+    try:
+        yield from _race(ctx, elems, prompt, s, session, flag)
+    finally:
+        flag.set()
+
+
+def _race(ctx: AppContext, elems: dict, prompt: str, s: UISettings, session: str, flag):
     messages = [{"role": "user", "content": prompt}]
     try:
         sampling, spec_cfg, ref_events, first = _start_reference(ctx, messages, s, flag)
     except Exception as err:
-        message = str(err) if isinstance(err, EngineError) else f"unexpected error: {type(err).__name__}: {err}"
-        gr.Warning(message)
+        message = error_message(err)
+        toast.warn(message)
         yield {elems["error_box"]: error_html(message), elems["race_summary"]: error_html(message)}
         return
     ref, spec = Turn(), Turn()
@@ -95,8 +104,7 @@ def run_race(ctx: AppContext, elems: dict, prompt: str, s: UISettings, session: 
         yield from _pump(ref_events, ref, elems["race_target"])
         if not flag.is_set():
             yield {elems["race_summary"]: '<div class="race-summary">Running speculative decoding…</div>'}
-            spec_events = ctx.engine.generate(messages, sampling, spec_cfg, cancel=flag,
-                                              **cache_options(ctx.engine, s, off=True))
+            spec_events = ctx.engine.generate(messages, sampling, spec_cfg, cache=CACHE_OFF, cancel=flag)
             yield from _pump(spec_events, spec, elems["race_spec"])
         yield {elems["race_summary"]: race_summary(ref, spec, sampling.greedy)}
 

@@ -19,7 +19,7 @@ from engine.errors import NoPairError
 from engine.events import Event
 from engine.kpolicy import AdaptiveK, FixedK, KPolicy
 from engine.runner import ModelRunner
-from engine.models import LoadedModel, check_pair, load_model
+from engine.models import LoadedModel, check_pair, check_pair_sources, load_model
 from engine.proposers import PROPOSERS
 from engine.proposers.cached_answer import CachedAnswerProposer
 from engine.reference import reference_generate
@@ -68,19 +68,27 @@ class ChatEngine:
     # -- models -------------------------------------------------------------------------------------------
     def load_pair(self, target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT,
                   target_precision: str | None = None, draft_precision: str | None = None) -> PairInfo:
-        """Load (or reuse) both models and check they can pair. On any error the previous pair stays."""
+        """Load (or reuse) both models and check they can pair. On any error the previous pair stays.
+
+        The tokenizers are compared first, so a mismatched pair is refused before any weights load.
+        """
+        target, draft = target.strip(), draft.strip()
         with self._load_lock:
             current = self.pair
-            new_target = self._reuse_or_load(current and current.target, target, target_precision, "target")
-            new_draft = self._reuse_or_load(current and current.draft, draft, draft_precision, "draft")
+            new_target = self._reusable(current and current.target, target, target_precision)
+            new_draft = self._reusable(current and current.draft, draft, draft_precision)
+            if new_target is None or new_draft is None:
+                check_pair_sources(target, draft)
+            new_target = new_target or load_model(target, target_precision, role="target")
+            new_draft = new_draft or load_model(draft, draft_precision, role="draft")
             self.use_models(new_target, new_draft)
         return self.info()
 
     @staticmethod
-    def _reuse_or_load(current: LoadedModel | None, name: str, precision: str | None, role: str) -> LoadedModel:
-        if current is not None and current.name == name.strip() and precision in (None, current.precision):
+    def _reusable(current: LoadedModel | None, name: str, precision: str | None) -> LoadedModel | None:
+        if current is not None and current.name == name and precision in (None, current.precision):
             return current
-        return load_model(name.strip(), precision, role=role)
+        return None
 
     def use_models(self, target: LoadedModel, draft: LoadedModel) -> None:
         """Install already-loaded models (tests, benchmarks): one assignment, after the pair check."""

@@ -50,7 +50,7 @@ def speculative_mode(make_spec: Callable[[SpecConfig], SpecConfig]) -> Callable:
 @torch.inference_mode()
 def run_hf_assisted(engine: ChatEngine, messages, sampling, spec, item) -> dict:
     """transformers' own assisted generation on the same loaded models."""
-    prompt = torch.tensor([engine.encode(messages, sampling)], device=engine.target.device)
+    prompt = torch.tensor([engine.encode(messages)], device=engine.target.device)
     out = engine.target.model.generate(prompt, attention_mask=torch.ones_like(prompt),
                                        assistant_model=engine.draft.model, do_sample=False,
                                        max_new_tokens=sampling.max_new_tokens,
@@ -113,7 +113,7 @@ def first_divergence(engine: ChatEngine, messages, sampling, reference: list[int
     if index is None:
         return None if len(reference) == len(other) else {"index": min(len(reference), len(other)),
                                                          "note": "one stopped earlier"}
-    prompt = engine.encode(messages, sampling)
+    prompt = engine.encode(messages)
     ids = torch.tensor([prompt + reference[:index]], device=engine.target.device)
     logits = engine.target.model(ids, logits_to_keep=1).logits[0, -1, : engine.target.vocab_size].float()
     top2 = torch.topk(logits, 2)
@@ -136,14 +136,15 @@ def run_bench(engine: ChatEngine, prompts: list[dict], modes: list[str], spec: S
             reference = None
             for mode in modes:
                 bar.set_postfix_str(f"{item['id']} / {mode}")
-                runs.append(_timed_run(engine, mode, item, messages, sampling, spec, reference))
+                runs.append(_timed_run(engine, mode, item=item, messages=messages, sampling=sampling, spec=spec,
+                                       reference=reference))
                 if mode == "target":
                     reference = runs[-1].pop("_tokens")
                 bar.update()
     return {"runs": runs, "summary": summarize(runs, modes)}
 
 
-def _timed_run(engine, mode, item, messages, sampling, spec, reference) -> dict:
+def _timed_run(engine, mode, *, item, messages, sampling, spec, reference) -> dict:
     start = time.perf_counter()
     result = MODES[mode](engine, messages, sampling, spec, item)
     seconds = result.pop("seconds", time.perf_counter() - start)  # a mode may time only its own part

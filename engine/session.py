@@ -118,9 +118,9 @@ class ChatEngine:
         return ModelRunner(loaded.model, loaded.vocab_size)
 
     # -- generation ---------------------------------------------------------------------------------------
-    def encode(self, messages: list[dict], sampling: SamplingConfig, pair: Pair | None = None) -> list[int]:
+    def encode(self, messages: list[dict], pair: Pair | None = None) -> list[int]:
         target = (pair or self.require_pair()).target
-        return encode_chat(target.tokenizer, messages, target.context_window, sampling.max_new_tokens)
+        return encode_chat(target.tokenizer, messages, target.context_window)
 
     @staticmethod
     def _stream(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig) -> TokenStream:
@@ -146,7 +146,7 @@ class ChatEngine:
         Yields a CacheEvent first, then TokenEvents and StatsEvents, and a DoneEvent last.
         """
         pair = self.require_pair()  # read once: a concurrent pair switch affects only later requests
-        prompt_ids = self.encode(messages, sampling, pair)
+        prompt_ids = self.encode(messages, pair)
         hit, cache_event = cached_chat.lookup(self.cache, pair.target, messages, sampling, cache)
         yield cache_event
         stream = self._stream(pair.target, prompt_ids, sampling)
@@ -157,7 +157,7 @@ class ChatEngine:
         if hit.outcome == "verified":  # the cached answer becomes the draft; the target has the last word
             proposer = CachedAnswerProposer(list(hit.answer_token_ids), fallback=proposer)
         decoder = speculative_generate(self._runner(pair.target), proposer, prompt_ids, stream, sampling,
-                                       k_policy(spec), cancel)
+                                       k_policy=k_policy(spec), cancel=cancel)
         for event in self._stepwise(decoder):
             if event.type == "done":
                 cached_chat.remember(self.cache, pair.target, messages, sampling, event)
@@ -167,7 +167,7 @@ class ChatEngine:
                            cancel: threading.Event | None = None) -> Iterator[Event]:
         """Target-only decoding: the reference every speculative answer must match."""
         pair = self.require_pair()
-        prompt_ids = self.encode(messages, sampling, pair)
+        prompt_ids = self.encode(messages, pair)
         stream = self._stream(pair.target, prompt_ids, sampling)
         yield from self._stepwise(reference_generate(self._runner(pair.target), prompt_ids, stream, sampling,
                                                      cancel))

@@ -22,7 +22,7 @@ from engine.verify import Verdict, verify_greedy, verify_rejection
 
 
 def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: list[int], stream: TokenStream,
-                         sampling: SamplingConfig, k_policy: KPolicy | None = None,
+                         sampling: SamplingConfig, *, k_policy: KPolicy | None = None,
                          cancel: threading.Event | None = None) -> Iterator[Event]:
     """Yield TokenEvents as they are decided, a StatsEvent after each step, and a final DoneEvent."""
     k_policy = k_policy or FixedK(4)

@@ -80,7 +80,7 @@ def new_stream(target, sampling: SamplingConfig) -> TokenStream:
 
 def speculative_done(target, proposer, policy: KPolicy, prompt: list[int], sampling: SamplingConfig) -> DoneEvent:
     return run(speculative_generate(cached(target), proposer, prompt, new_stream(target, sampling), sampling,
-                                    policy))[-1]
+                                    k_policy=policy))[-1]
 
 
 def reference_done(target, prompt: list[int], sampling: SamplingConfig) -> DoneEvent:

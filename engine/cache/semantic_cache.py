@@ -104,7 +104,7 @@ def _is_corruption(err: BaseException) -> bool:
 class SemanticCache:
     """Exact + semantic prompt cache on disk. See the module docstring."""
 
-    def __init__(self, directory: str | os.PathLike, embedder, threshold: float = DEFAULT_THRESHOLD,
+    def __init__(self, directory: str | os.PathLike, embedder, *, threshold: float = DEFAULT_THRESHOLD,
                  mode: str = "verify", size_limit_bytes: int = DEFAULT_SIZE_LIMIT, ttl_s: float | None = None,
                  clock=time.time):
         """``clock`` (unix seconds) dates entries and decides their TTL; tests pass a fake one."""

@@ -312,6 +312,7 @@ class NoPairEngine:
 
 demo = build_demo(AppContext(NoPairEngine()))
 assert demo.fns, "the UI has no event handlers"
+assert demo.analytics_enabled is False  # a local app calls nobody
 bad = [m for m in ("torch", "transformers") if m in sys.modules]
 assert not bad, f"building the UI imported {bad}"
 """

@@ -13,8 +13,8 @@ from app.chat import mark_stopped, stream_answer
 from app.context import AppContext
 from app.pair import pair_status_html
 from app.race import race_summary
-from app.render import (error_html, error_message, legend_html, render_answer, render_cache_note, render_token, render_user,
-                        token_title)
+from app.render import (error_html, error_message, legend_html, render_answer, render_cache_note, render_token,
+                        render_user, token_title)
 from app.settings import UISettings, cache_config, sampling_config, spec_config
 from app.stats_view import (acceptance_frame, cost_ratio, format_stats, render_stats, speedup, speedup_frame,
                             theoretical_speedup)

@@ -158,10 +158,11 @@ class ChatEngine:
             proposer = CachedAnswerProposer(list(hit.answer_token_ids), fallback=proposer)
         decoder = speculative_generate(self._runner(pair.target), proposer, prompt_ids, stream, sampling,
                                        k_policy=k_policy(spec), cancel=cancel)
-        for event in self._stepwise(decoder):
-            if event.type == "done":
-                cached_chat.remember(self.cache, pair.target, messages, sampling, event)
-            yield event
+        with closing(self._stepwise(decoder)) as events:
+            for event in events:
+                if event.type == "done":
+                    cached_chat.remember(self.cache, pair.target, messages, sampling, event)
+                yield event
 
     def generate_reference(self, messages: list[dict], sampling: SamplingConfig,
                            cancel: threading.Event | None = None) -> Iterator[Event]:

@@ -62,8 +62,12 @@ def resolve_source(name: str) -> str:
     looks_like_hub_id = name.count("/") == 1 and not path.exists() and all(name.split("/"))
     if looks_like_hub_id:
         return hub_source(name)
-    raise UnknownModelError(f"unknown model {name!r}: not a built-in name, a .gguf file, a local HF directory "
-                            f"or a hub id (org/name). Built-in models: {', '.join(BUILTIN_MODELS)}")
+    raise _unknown(name)
+
+
+def _unknown(name: str) -> UnknownModelError:
+    return UnknownModelError(f"unknown model {name!r}: not a built-in name, a .gguf file, a local HF directory "
+                             f"or a hub id (org/name). Built-in models: {', '.join(BUILTIN_MODELS)}")
 
 
 def check_gguf_file(path: Path) -> None:
@@ -82,7 +86,10 @@ def hub_source(repo_id: str) -> str:
         return repo_id
     from huggingface_hub import try_to_load_from_cache
 
-    config = try_to_load_from_cache(repo_id, "config.json")
+    try:
+        config = try_to_load_from_cache(repo_id, "config.json")
+    except ValueError:  # not a valid repo id (HFValidationError)
+        raise _unknown(repo_id) from None
     if isinstance(config, str):
         return str(Path(config).parent)  # the cached snapshot directory: loads without network
     raise UnknownModelError(f"{repo_id!r} is not available offline: it is not in the local Hugging Face cache. "

@@ -29,6 +29,12 @@ def test_an_uncached_hub_id_fails_at_once_offline(monkeypatch):
         resolve_source("speclens-tests/no-such-model-anywhere")
 
 
+def test_a_name_with_one_slash_that_is_no_repo_id_is_an_unknown_model(monkeypatch):
+    monkeypatch.delenv(ALLOW_DOWNLOADS_ENV, raising=False)
+    with pytest.raises(UnknownModelError, match="unknown model"):
+        resolve_source("<img src=x onerror=alert(1)><b>bold</b>")
+
+
 def test_downloads_can_be_allowed(monkeypatch):
     monkeypatch.setenv(ALLOW_DOWNLOADS_ENV, "1")
     assert hub_source("speclens-tests/no-such-model-anywhere") == "speclens-tests/no-such-model-anywhere"

@@ -130,8 +130,8 @@ class ChatEngine:
             raise InvalidSettingError(f"unknown proposer {spec.proposer!r}; choose one of {', '.join(PROPOSERS)}")
         if cache_mode not in cached_chat.CACHE_MODES:
             raise InvalidSettingError(f"cache mode must be one of {', '.join(cached_chat.CACHE_MODES)}")
-        hit, cache_event = cached_chat.lookup(self.cache, pair.target, messages, sampling, cache_mode,
-                                              cache_threshold)
+        hit, cache_event, scope = cached_chat.lookup(self.cache, pair.target, messages, sampling, cache_mode,
+                                                     cache_threshold, judge=self._judge(pair, cache_mode))
         yield cache_event
         stream = self._stream(pair.target, prompt_ids, sampling)
         if hit.outcome in ("exact", "cached"):
@@ -144,7 +144,7 @@ class ChatEngine:
             for event in speculative_generate(self._runner(pair.target), proposer, prompt_ids, stream, sampling,
                                               k_policy(spec), cancel):
                 if event.type == "done":
-                    cached_chat.remember(self.cache, pair.target, messages, sampling, event)
+                    cached_chat.remember(self.cache, scope, messages, event)
                 yield event
 
     def generate_reference(self, messages: list[dict], sampling: SamplingConfig,

@@ -139,18 +139,22 @@ class SemanticCache:
                     self._add(self._index, key, rec)
         self._token = token
 
+    def _fits(self, key: str, rec: dict) -> bool:
+        if rec["embedding"].shape == (self._dim,):
+            return True
+        log.warning("semantic cache: entry %s has a %d-d embedding, the embedder gives %d-d; skipped",
+                    key, rec["embedding"].shape[0], self._dim)
+        return False
+
     def _add(self, index: EmbeddingIndex, key: str, rec: dict) -> None:
-        if rec["embedding"].shape != (self._dim,):
-            log.warning("semantic cache: entry %s has a %d-d embedding, the embedder gives %d-d; skipped",
-                        key, rec["embedding"].shape[0], self._dim)
-            return
-        index.add(rec["scope"], key, rec["embedding"])
+        if self._fits(key, rec):
+            index.add(rec["scope"], key, rec["embedding"])
 
     def _embed(self, text: str) -> np.ndarray:
         return normalise_rows(self._embedder.encode([text]))[0]  # (d,)
 
     def _usable(self, key: str, rec: dict | None, scope: str, vocab_size: int | None) -> bool:
-        if rec is None or rec["scope"] != scope:
+        if rec is None or rec["scope"] != scope or not self._fits(key, rec):
             return False
         try:
             check_vocab(rec, vocab_size)
@@ -191,7 +195,8 @@ class SemanticCache:
             if mode == "verify":
                 return _hit("verified", cand, rec, sim)
             reasons = failed_guards(rec["prompt"], prompt)
-            if reasons and judge is not None and judge_may_overrule(rec["prompt"], prompt) and judge(rec["prompt"], prompt):
+            if reasons and judge is not None and judge_may_overrule(rec["prompt"], prompt) \
+                    and judge(rec["prompt"], prompt):
                 return _hit("cached", cand, rec, sim, "the paraphrase judge overruled: " + "; ".join(reasons))
             return _hit("verified" if reasons else "cached", cand, rec, sim, "; ".join(reasons))
         return CacheHit("miss")

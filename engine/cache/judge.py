@@ -1,0 +1,88 @@
+"""A paraphrase judge for direct mode: the loaded language model is asked whether two requests need the
+same answer, and its Yes/No next-token probability is compared with a calibrated threshold.
+
+The lexical guards (engine/cache/guards.py) never serve a wrong answer but send most synonym paraphrases
+("sleep better" / "improve my sleep") to verification. The judge gets the hits that only the soft guards
+(key terms, word order) stopped; differing numbers or negation are never overruled. The cost is one short
+prefill of the judging model per judged hit, and only in direct mode.
+
+The cache stays model-agnostic: it receives ``judge(cached_prompt, new_prompt) -> bool``.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from engine.models import LoadedModel
+
+INSTRUCTION = ("You check a cache of answers. Two user requests count as the same only if one answer would "
+               "correctly and fully answer both: same task, same subject, same programming language or tool, "
+               "same numbers, same direction. Wording, synonyms and word order do not matter. "
+               "Reply with Yes or No.")
+# Worked examples (none from the evaluation files): two of each, near-misses that differ in one detail.
+EXAMPLES = (
+    ("How can I lose weight quickly?", "What's the fastest way to shed some pounds?", "Yes"),
+    ("How do I open a file in C?", "How do I open a file in C++?", "No"),
+    ("Who painted the Mona Lisa?", "The Mona Lisa was painted by whom?", "Yes"),
+    ("How do I start a Docker container?", "How do I stop a Docker container?", "No"),
+)
+# Measured with engine.cache_eval on ../shared/eval/paraphrases.jsonl and tests/data/paraphrases_heldout2.jsonl
+# (see README); a model without an entry uses DEFAULT_YES_THRESHOLD.
+YES_THRESHOLDS = {"qwen2.5-coder-1.5b-instruct": 0.5, "qwen2.5-coder-0.5b-instruct": 0.5}
+DEFAULT_YES_THRESHOLD = 0.5
+
+
+def _ask(a: str, b: str) -> str:
+    return f"Request 1: {a}\nRequest 2: {b}\nWould one answer correctly serve both requests? Yes or No."
+
+
+def judge_messages(a: str, b: str) -> list[dict]:
+    shots = [m for x, y, verdict in EXAMPLES
+             for m in ({"role": "user", "content": _ask(x, y)}, {"role": "assistant", "content": verdict})]
+    return [{"role": "system", "content": INSTRUCTION}, *shots, {"role": "user", "content": _ask(a, b)}]
+
+
+def yes_probability(logits: torch.Tensor, yes_ids: list[int], no_ids: list[int]) -> float:
+    """P(yes) among the yes/no answer tokens, from next-token logits (vocab,)."""
+    both = torch.logsumexp(logits[yes_ids], 0), torch.logsumexp(logits[no_ids], 0)
+    return float(torch.softmax(torch.stack(both), 0)[0])
+
+
+def _answer_ids(tokenizer, words: tuple[str, ...]) -> list[int]:
+    ids = {tokenizer.encode(w, add_special_tokens=False)[0] for w in words}
+    return sorted(ids)
+
+
+@dataclass(frozen=True)
+class JudgeResult:
+    p_yes: float
+    same: bool
+
+
+class LLMJudge:
+    """``judge(a, b) -> bool`` backed by a loaded chat model. ``lock`` serialises it with generation."""
+
+    def __init__(self, loaded: LoadedModel, threshold: float | None = None, lock: threading.Lock | None = None):
+        self.loaded = loaded
+        self.threshold = YES_THRESHOLDS.get(loaded.name, DEFAULT_YES_THRESHOLD) if threshold is None else threshold
+        self._lock = lock or threading.Lock()
+        tok = loaded.tokenizer
+        self._yes = _answer_ids(tok, ("Yes", " Yes", "yes"))
+        self._no = _answer_ids(tok, ("No", " No", "no"))
+
+    def probability(self, a: str, b: str) -> float:
+        tok = self.loaded.tokenizer
+        text = tok.apply_chat_template(judge_messages(a, b), tokenize=False, add_generation_prompt=True)
+        ids = tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"].to(self.loaded.device)
+        with self._lock, torch.inference_mode():
+            logits = self.loaded.model(input_ids=ids, logits_to_keep=1).logits[0, -1].float()  # (vocab,)
+        return yes_probability(logits, self._yes, self._no)
+
+    def result(self, a: str, b: str) -> JudgeResult:
+        p = self.probability(a, b)
+        return JudgeResult(p, p >= self.threshold)
+
+    def __call__(self, a: str, b: str) -> bool:
+        return self.result(a, b).same

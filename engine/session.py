@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.cache import cached_chat
+from engine.cache.judge import LLMJudge
 from engine.prompt import encode_chat
 from engine.config import SamplingConfig, SpecConfig
 from engine.errors import InvalidSettingError, NoPairError
@@ -56,8 +57,9 @@ class ChatEngine:
     """Safe to share between threads: a request reads ``self.pair`` once and uses only that value; model
     forwards run one at a time under ``self._lock``; swapping the pair never waits for a generation."""
 
-    def __init__(self, cache: SemanticCache | None = None):
+    def __init__(self, cache: SemanticCache | None = None, paraphrase_judge: bool = True):
         self.cache = cache
+        self.paraphrase_judge = paraphrase_judge  # direct mode: the target judges near-hits (engine/cache/judge.py)
         self.pair: Pair | None = None
         self._lock = threading.Lock()  # one generation on the models at a time
         self._load_lock = threading.Lock()  # one load at a time
@@ -105,6 +107,12 @@ class ChatEngine:
     def _runner(loaded: LoadedModel) -> ModelRunner:
         """A fresh KV cache per generation: the same prompt and seed always give the same answer."""
         return ModelRunner(loaded.model, loaded.vocab_size)
+
+    def _judge(self, pair: Pair, cache_mode: str) -> LLMJudge | None:
+        """In direct mode, the target itself judges whether a near-hit needs the same answer."""
+        if cache_mode != "direct" or self.cache is None or not self.paraphrase_judge:
+            return None
+        return LLMJudge(pair.target, lock=self._lock)
 
     # -- generation ---------------------------------------------------------------------------------------
     def encode(self, messages: list[dict], sampling: SamplingConfig, pair: Pair | None = None) -> list[int]:

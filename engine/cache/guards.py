@@ -296,9 +296,9 @@ def failed_guards(a: str, b: str) -> list[str]:
     return [reason for guard in GUARDS.values() if (reason := guard(a, b)) is not None]
 
 
-HARD_GUARDS = ("numbers", "negation")  # differences a paraphrase judge may not overrule
+HARD_GUARDS = ("numbers", "negation", "order")  # differences a paraphrase judge may not overrule
 
 
 def judge_may_overrule(a: str, b: str) -> bool:
-    """True when only the soft guards (key terms, order) fail: a paraphrase judge may then serve the hit."""
+    """True when only the key-terms guard fails (synonyms, rewording): a paraphrase judge may then serve it."""
     return all(GUARDS[name](a, b) is None for name in HARD_GUARDS)

@@ -147,6 +147,14 @@ class RedisStore:
             c.xadd(self._k("log"), {"op": "clear", "key": ""}, maxlen=LOG_MAXLEN, approximate=True)
         self._run(wipe)
 
+    def drop(self) -> None:
+        """Delete every key of this namespace, change log included (throw-away namespaces, e.g. evaluation)."""
+        def drop(c):
+            keys = list(c.scan_iter(match=self._k("*"), count=_CHUNK))
+            for i in range(0, len(keys), _CHUNK):
+                c.delete(*keys[i:i + _CHUNK])
+        self._run(drop)
+
     def records(self):
         def collect(c):
             keys = [_text(k) for k in c.zrange(self._k("order"), 0, -1)]

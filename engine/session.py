@@ -60,6 +60,7 @@ class ChatEngine:
     def __init__(self, cache: SemanticCache | None = None, paraphrase_judge: bool = True):
         self.cache = cache
         self.paraphrase_judge = paraphrase_judge  # direct mode: the target judges near-hits (engine/cache/judge.py)
+        self._judge_cache: LLMJudge | None = None
         self.pair: Pair | None = None
         self._lock = threading.Lock()  # one generation on the models at a time
         self._load_lock = threading.Lock()  # one load at a time
@@ -112,7 +113,10 @@ class ChatEngine:
         """In direct mode, the target itself judges whether a near-hit needs the same answer."""
         if cache_mode != "direct" or self.cache is None or not self.paraphrase_judge:
             return None
-        return LLMJudge(pair.target, lock=self._lock)
+        judge = self._judge_cache
+        if judge is None or judge.loaded is not pair.target:  # one judge per target: it keeps its prompt's KV
+            judge = self._judge_cache = LLMJudge(pair.target, lock=self._lock)
+        return judge
 
     # -- generation ---------------------------------------------------------------------------------------
     def encode(self, messages: list[dict], sampling: SamplingConfig, pair: Pair | None = None) -> list[int]:

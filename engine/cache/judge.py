@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.models import LoadedModel
+from engine.runner import ModelRunner
 
 INSTRUCTION = ("You check a cache of answers. Two user requests count as the same only if one answer would "
                "correctly and fully answer both: same task, same subject, same programming language or tool, "
@@ -62,7 +63,11 @@ class JudgeResult:
 
 
 class LLMJudge:
-    """``judge(a, b) -> bool`` backed by a loaded chat model. ``lock`` serialises it with generation."""
+    """``judge(a, b) -> bool`` backed by a loaded chat model. ``lock`` serialises it with generation.
+
+    The instruction and the worked examples are the same for every call: their KV cache stays in a
+    ModelRunner, so a call only prefills the two requests (one ``rollback`` to the shared prefix per call).
+    """
 
     def __init__(self, loaded: LoadedModel, threshold: float | None = None, lock: threading.Lock | None = None):
         self.loaded = loaded
@@ -71,13 +76,17 @@ class LLMJudge:
         tok = loaded.tokenizer
         self._yes = _answer_ids(tok, ("Yes", " Yes", "yes"))
         self._no = _answer_ids(tok, ("No", " No", "no"))
+        self._runner = ModelRunner(loaded.model, loaded.vocab_size)
+        self._runner.trim_head(self._yes + self._no)  # only these logits are ever read
 
     def probability(self, a: str, b: str) -> float:
         tok = self.loaded.tokenizer
         text = tok.apply_chat_template(judge_messages(a, b), tokenize=False, add_generation_prompt=True)
-        ids = tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"].to(self.loaded.device)
-        with self._lock, torch.inference_mode():
-            logits = self.loaded.model(input_ids=ids, logits_to_keep=1).logits[0, -1].float()  # (vocab,)
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        with self._lock:
+            keep = self._runner.reusable_prefix(ids)
+            self._runner.rollback(keep)
+            logits = self._runner.forward(ids[keep:], n_logits=1)[-1]  # (vocab,)
         return yes_probability(logits, self._yes, self._no)
 
     def result(self, a: str, b: str) -> JudgeResult:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.cache import cached_chat
-from engine.cache.judge import LLMJudge
+from engine.cache.judge import LLMJudge, judge_for
 from engine.prompt import encode_chat
 from engine.config import SamplingConfig, SpecConfig
 from engine.errors import InvalidSettingError, NoPairError
@@ -60,7 +60,7 @@ class ChatEngine:
     def __init__(self, cache: SemanticCache | None = None, paraphrase_judge: bool = True):
         self.cache = cache
         self.paraphrase_judge = paraphrase_judge  # direct mode: the target judges near-hits (engine/cache/judge.py)
-        self._judge_cache: LLMJudge | None = None
+        self._judge_cache: tuple[LoadedModel, LLMJudge | None] | None = None
         self.pair: Pair | None = None
         self._lock = threading.Lock()  # one generation on the models at a time
         self._load_lock = threading.Lock()  # one load at a time
@@ -110,13 +110,14 @@ class ChatEngine:
         return ModelRunner(loaded.model, loaded.vocab_size)
 
     def _judge(self, pair: Pair, cache_mode: str) -> LLMJudge | None:
-        """In direct mode, the target itself judges whether a near-hit needs the same answer."""
+        """In direct mode, the target itself judges whether a near-hit needs the same answer (only a target
+        with a calibrated threshold; other targets keep the lexical guards alone)."""
         if cache_mode != "direct" or self.cache is None or not self.paraphrase_judge:
             return None
-        judge = self._judge_cache
-        if judge is None or judge.loaded is not pair.target:  # one judge per target: it keeps its prompt's KV
-            judge = self._judge_cache = LLMJudge(pair.target, lock=self._lock)
-        return judge
+        cached = self._judge_cache
+        if cached is None or cached[0] is not pair.target:  # one judge per target: it keeps its prompt's KV
+            cached = self._judge_cache = (pair.target, judge_for(pair.target, self._lock))
+        return cached[1]
 
     # -- generation ---------------------------------------------------------------------------------------
     def encode(self, messages: list[dict], sampling: SamplingConfig, pair: Pair | None = None) -> list[int]:

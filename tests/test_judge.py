@@ -77,8 +77,17 @@ def test_the_reused_prompt_prefix_gives_the_same_probability_as_a_fresh_forward(
     from engine.models import load_model
 
     loaded = load_model("smollm2-135m-instruct", "fp32")
-    warm = LLMJudge(loaded)
+    warm = LLMJudge(loaded, threshold=0.5)
     first = warm.probability(*SYNONYMS)
     second = warm.probability(*NUMBERS)  # rolls back to the shared prefix, then prefills only the new pair
-    assert 0.0 <= first <= 1.0 and second == pytest.approx(LLMJudge(loaded).probability(*NUMBERS), abs=1e-4)
+    assert 0.0 <= first <= 1.0 and second == pytest.approx(LLMJudge(loaded, 0.5).probability(*NUMBERS), abs=1e-4)
     assert warm.probability(*SYNONYMS) == pytest.approx(first, abs=1e-4)
+
+
+def test_only_calibrated_models_judge():
+    from types import SimpleNamespace
+
+    from engine.cache.judge import YES_THRESHOLDS, judge_for
+
+    assert judge_for(SimpleNamespace(name="some-uncalibrated-model")) is None
+    assert all(0.5 <= t < 1.0 for t in YES_THRESHOLDS.values())

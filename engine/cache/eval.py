@@ -222,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--entries", type=int, default=10_000, help="cache size for --latency")
     parser.add_argument("--cache-url", help="run against Redis (redis://[:password@]host:port/db) instead of disk")
     parser.add_argument("--judge", metavar="MODEL", help="paraphrase judge model for direct mode (a built-in name)")
+    parser.add_argument("--judge-threshold", type=float, help="P(yes) the judge needs (default: its calibrated one)")
     args = parser.parse_args(argv)
     if not args.pairs and not args.latency:
         parser.error("give --pairs FILE.jsonl and/or --latency")
@@ -229,10 +230,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.pairs:
         judge = None
         if args.judge:
-            from engine.cache.judge import LLMJudge
+            from engine.cache.judge import YES_THRESHOLDS, LLMJudge
             from engine.models import load_model
 
-            judge = LLMJudge(load_model(args.judge, role="target"))
+            threshold = args.judge_threshold if args.judge_threshold is not None else YES_THRESHOLDS.get(args.judge)
+            if threshold is None:
+                parser.error(f"{args.judge} has no calibrated judge threshold: give --judge-threshold")
+            judge = LLMJudge(load_model(args.judge, role="target"), threshold)
         report["pairs"] = evaluate_pairs(load_pairs(args.pairs), load_default_embedder(), args.threshold,
                                          cache_url=args.cache_url, judge=judge)
         print(format_report(report["pairs"]))

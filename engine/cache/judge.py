@@ -29,10 +29,10 @@ EXAMPLES = (
     ("Who painted the Mona Lisa?", "The Mona Lisa was painted by whom?", "Yes"),
     ("How do I start a Docker container?", "How do I stop a Docker container?", "No"),
 )
-# Measured with engine.cache_eval on ../shared/eval/paraphrases.jsonl and tests/data/paraphrases_heldout2.jsonl
-# (see README); a model without an entry uses DEFAULT_YES_THRESHOLD.
-YES_THRESHOLDS = {"qwen2.5-coder-1.5b-instruct": 0.5, "qwen2.5-coder-0.5b-instruct": 0.5}
-DEFAULT_YES_THRESHOLD = 0.5
+# P(yes) above which a model's verdict serves a hit, chosen from its P(yes) on the pairs of
+# ../shared/eval/paraphrases.jsonl and tests/data/paraphrases_heldout2.jsonl (README, "Direct mode"). A model
+# without an entry is never used as a judge: an uncalibrated verdict could serve a wrong answer.
+YES_THRESHOLDS = {"qwen2.5-coder-1.5b-instruct": 0.85, "qwen2.5-coder-0.5b-instruct": 0.7}
 
 
 def _ask(a: str, b: str) -> str:
@@ -69,9 +69,8 @@ class LLMJudge:
     ModelRunner, so a call only prefills the two requests (one ``rollback`` to the shared prefix per call).
     """
 
-    def __init__(self, loaded: LoadedModel, threshold: float | None = None, lock: threading.Lock | None = None):
-        self.loaded = loaded
-        self.threshold = YES_THRESHOLDS.get(loaded.name, DEFAULT_YES_THRESHOLD) if threshold is None else threshold
+    def __init__(self, loaded: LoadedModel, threshold: float, lock: threading.Lock | None = None):
+        self.loaded, self.threshold = loaded, float(threshold)
         self._lock = lock or threading.Lock()
         tok = loaded.tokenizer
         self._yes = _answer_ids(tok, ("Yes", " Yes", "yes"))
@@ -95,3 +94,9 @@ class LLMJudge:
 
     def __call__(self, a: str, b: str) -> bool:
         return self.result(a, b).same
+
+
+def judge_for(loaded: LoadedModel, lock: threading.Lock | None = None) -> LLMJudge | None:
+    """A judge backed by ``loaded`` at its calibrated threshold, or None for a model never calibrated."""
+    threshold = YES_THRESHOLDS.get(loaded.name)
+    return None if threshold is None else LLMJudge(loaded, threshold, lock)

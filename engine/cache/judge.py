@@ -32,7 +32,7 @@ EXAMPLES = (
 # P(yes) above which a model's verdict serves a hit, chosen from its P(yes) on the pairs of
 # ../shared/eval/paraphrases.jsonl and tests/data/paraphrases_heldout2.jsonl (README, "Direct mode"). A model
 # without an entry is never used as a judge: an uncalibrated verdict could serve a wrong answer.
-YES_THRESHOLDS = {"qwen2.5-coder-1.5b-instruct": 0.85, "qwen2.5-coder-0.5b-instruct": 0.7}
+YES_THRESHOLDS = {"qwen2.5-coder-1.5b-instruct": 0.9, "qwen2.5-coder-0.5b-instruct": 0.7}
 
 
 def _ask(a: str, b: str) -> str:

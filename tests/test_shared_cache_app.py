@@ -17,7 +17,7 @@ from tests.redis_server import RedisServer, free_port, require_redis_binary, wai
 pytestmark = pytest.mark.real
 ROOT = Path(__file__).resolve().parent.parent
 PAIR = ["--target", "smollm2-135m-instruct", "--draft", "smollm2-135m-instruct", "--draft-precision", "nf4"]
-STARTUP_S = 400
+STARTUP_S = 900
 RECOVERY_S = 120
 Client = pytest.importorskip("gradio_client").Client
 
@@ -34,18 +34,22 @@ def _serving(url: str, proc: subprocess.Popen, log: Path) -> bool:
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
-    """(redis server, [url of instance 1, url of instance 2], the processes' logs)."""
+    """(redis server, [url of instance 1, url of instance 2], the processes' logs).
+
+    Both instances use one --cache-dir (converted weights linked in, the target-only speed measured once by
+    the first); their semantic cache is in Redis, so nothing of it is in that directory.
+    """
     from engine.catalog import cache_root
 
     redis_server = RedisServer(require_redis_binary()).start()
     models = cache_root() / "models"
     models.mkdir(parents=True, exist_ok=True)
+    cache_dir = tmp_path_factory.mktemp("speclens-shared")
+    (cache_dir / "models").symlink_to(models, target_is_directory=True)
     procs, urls, logs = [], [], []
     try:
         for name in ("one", "two"):
-            cache_dir = tmp_path_factory.mktemp(f"speclens-{name}")
-            (cache_dir / "models").symlink_to(models, target_is_directory=True)
-            port, log = free_port(), cache_dir / "launch.log"
+            port, log = free_port(), cache_dir / f"launch-{name}.log"
             with open(log, "w") as out:
                 procs.append(subprocess.Popen(
                     [sys.executable, "launch.py", "--no-browser", "--port", str(port), *PAIR, "--cache-dir",
@@ -53,8 +57,8 @@ def shared(tmp_path_factory):
                     cwd=ROOT, stdout=out, stderr=subprocess.STDOUT))
             urls.append(f"http://127.0.0.1:{port}/")
             logs.append(log)
-        for url, proc, log in zip(urls, procs, logs):
-            wait_until(lambda: _serving(url, proc, log), STARTUP_S, f"launch.py at {url}", interval_s=1)
+            proc = procs[-1]
+            wait_until(lambda: _serving(urls[-1], proc, log), STARTUP_S, f"launch.py at {urls[-1]}", interval_s=1)
         yield redis_server, urls, logs
     finally:
         for proc in procs:

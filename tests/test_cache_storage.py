@@ -71,3 +71,19 @@ def test_mask_url_hides_only_the_password():
     assert mask_url("redis://:hunter2@cache.local:6380/2") == "redis://:***@cache.local:6380/2"
     assert mask_url("redis://bob:hunter2@h:1/0") == "redis://bob:***@h:1/0"
     assert mask_url("redis://h:6379/0") == "redis://h:6379/0"
+
+
+def test_a_failed_write_stays_visible_until_a_write_succeeds(tmp_path, monkeypatch):
+    import sqlite3
+
+    cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder())
+    real_set = diskcache.Cache.set
+
+    def disk_full(*args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+    monkeypatch.setattr(diskcache.Cache, "set", disk_full)
+    assert cache.store("q", SCOPE, "a", [1], complete=True) is False
+    assert cache.lookup("q", SCOPE).outcome == "miss"  # reads still work ...
+    assert "disk is full" in cache.stats()["warning"]  # ... and the failed write is still shown
+    monkeypatch.setattr(diskcache.Cache, "set", real_set)
+    assert cache.store("q", SCOPE, "a", [1], complete=True) and "warning" not in cache.stats()

@@ -97,13 +97,15 @@ def test_truncated_answer_is_not_stored_and_cache_off_skips_lookup(engine):
 
 
 def test_cache_off_neither_reads_nor_writes(engine):
-    ask(engine, "Name a primary colour.")
-    assert len(engine.cache) == 1
-    for prompt in ("What is two plus two?", "Name a primary colour."):
+    stored = "In one short sentence, what is a Python list?"
+    engine.cache.store(stored, _scope(engine, stored), "a cached answer", [1, 2], complete=True)
+    fresh = "In one short sentence, what is a Python tuple?"
+    for prompt in (stored, fresh):
         events = ask(engine, prompt, cache_mode="off")
         assert events[0].outcome == "off" and not any(e.type == "token" and e.kind == "cached" for e in events)
+        assert events[-1].finish_reason == "eos"  # complete: it would have been stored with the cache on
     assert len(engine.cache) == 1  # the answers given with the cache off were not written
-    assert ask(engine, "What is two plus two?")[0].outcome == "miss"
+    assert ask(engine, fresh)[0].outcome == "miss"
 
 
 def test_entries_with_token_ids_outside_the_vocabulary_are_skipped(engine):

@@ -104,22 +104,33 @@ class SemanticCache:
         self._index, self._token = EmbeddingIndex(), None  # None: reload all at the next sync
         self._counts: Counter = Counter()
         self._saved_s = 0.0
-        self.problem = ""  # the last storage failure, shown in stats() and the cache panel; "" when healthy
+        self._problems: dict[str, str] = {}  # "read"/"write" -> the last failure of that kind, until one succeeds
         self._lock = threading.RLock()  # one instance may serve several UI threads
         self._safely("open", self._sync, None)
 
     # ---- plumbing -------------------------------------------------------------------------------
+    _WRITES = ("store", "delete", "clear")
+
+    @property
+    def problem(self) -> str:
+        """Why the store failed lately ("" when healthy); shown in stats() and the cache panel. A failed write
+        stays until a write succeeds (a read succeeding says nothing about a full disk)."""
+        return "; ".join(dict.fromkeys(self._problems.values()))
+
     def _safely(self, what: str, fn, fallback):
         """fn under the lock. An unavailable store gives ``fallback`` and a warning, never an exception."""
+        kind = "write" if what in self._WRITES else "read"
         with self._lock:
             try:
                 result = fn()
             except StoreUnavailable as err:
-                if self.problem != str(err):
+                if self._problems.get(kind) != str(err):
                     log.warning("semantic cache %s failed: %s", what, err)
-                self.problem, self._token = str(err), None  # reload everything once the store is back
+                self._problems[kind], self._token = str(err), None  # reload everything once the store is back
                 return fallback
-            self.problem = ""
+            self._problems.pop(kind, None)
+            if kind == "write":
+                self._problems.pop("read", None)
             return result
 
     def _sync(self) -> None:

@@ -149,12 +149,13 @@ def format_report(report: dict) -> str:
     if report.get("judge_calls") is not None:
         ms = report["judge_median_ms"]
         judged = f", judge called {report['judge_calls']}x" + (f" (median {ms:.0f} ms)" if ms is not None else "")
+    served_label = "served (guards+judge)" if judged else "served (guards)"
     lines += ["-" * 100,
               f"pairs {report['pairs']} (same {report['same_pairs']}), threshold {report['threshold']:.2f}, "
               f"backend {report.get('backend', 'disk')}{judged}",
               f"outcomes: exact {o['exact']}  cached {o['cached']}  verified {o['verified']}  miss {o['miss']}",
               f"{'':22}{'precision':>10} {'recall':>7}",
-              f"{'served (guards)':22}{_pct(report['served_precision']):>10} {_pct(report['served_recall']):>7}"
+              f"{served_label:22}{_pct(report['served_precision']):>10} {_pct(report['served_recall']):>7}"
               f"   ({report['served']} served, {report['false_served']} wrong)",
               f"{'raw cosine >= thr':22}{_pct(report['raw_cosine_precision']):>10}"
               f" {_pct(report['raw_cosine_recall']):>7}"]

@@ -54,7 +54,10 @@ def open_semantic_cache(cache_url: str | None = None, namespace: str = "speclens
         store = open_store(cache_url or cache_root() / "semantic-cache", namespace=namespace)
         cache = SemanticCache(store, load_default_embedder())
     except Exception as err:  # the app works without a cache
-        print(f"[speclens] semantic cache disabled: {type(err).__name__}: {err}", flush=True)
+        from engine.cache.records import mask_url
+
+        message = str(err).replace(cache_url, mask_url(cache_url)) if cache_url else str(err)
+        print(f"[speclens] semantic cache disabled: {type(err).__name__}: {message}", flush=True)
         return None
     print(f"[speclens] semantic cache: {cache.location}", flush=True)
     if cache.problem:

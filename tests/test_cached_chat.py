@@ -110,7 +110,8 @@ def test_cache_off_neither_reads_nor_writes(engine):
 
 def test_entries_with_token_ids_outside_the_vocabulary_are_skipped(engine):
     vocab = engine.target.vocab_size
-    for prompt, mode in (("Say hi.", "verify"), ("Say hi please.", "direct")):
+    for prompt, mode in (("Say hi.", "verify"), ("Say hi.", "direct")):
+        engine.cache.clear()  # only the bad entry: not the answer generated in the previous round
         engine.cache.store(prompt, _scope(engine, prompt), "x", [1, vocab + 7, 2**40], complete=True)
         events = ask(engine, prompt, cache_mode=mode)  # exact path: would raise OverflowError/IndexError
         assert events[0].outcome == "miss" and events[-1].finish_reason in ("eos", "length")

@@ -2,6 +2,7 @@
 
     python launch.py                      # default pair, http://127.0.0.1:7860, opens the browser
     python launch.py --target smollm2-135m-instruct --draft smollm2-135m-instruct --draft-precision nf4
+    python launch.py --cache-url redis://:PASSWORD@cache-host:6379/0   # one semantic cache for many instances
 """
 from __future__ import annotations
 
@@ -35,21 +36,38 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cache-dir", default=None,
                    help="directory for converted models, the semantic cache and the measured target-only "
                         "speeds (sets SPECLENS_CACHE_DIR; default: $SPECLENS_CACHE_DIR or ~/.cache/speclens)")
+    p.add_argument("--cache-url", default=os.environ.get("SPECLENS_CACHE_URL") or None,
+                   help="put the semantic cache in Redis, shared by every instance that uses the same URL and "
+                        "namespace: redis://[:password@]host:port/db (default: $SPECLENS_CACHE_URL, else a local "
+                        "directory under the cache root)")
+    p.add_argument("--cache-namespace", default=os.environ.get("SPECLENS_CACHE_NAMESPACE") or "speclens",
+                   help="key prefix in Redis; deployments with different namespaces never see each other's "
+                        "entries (default: $SPECLENS_CACHE_NAMESPACE or speclens)")
     return p.parse_args(argv)
 
 
-def open_semantic_cache():
-    """The semantic cache under the cache root, or None (with a message) when its embedder is unavailable."""
+def open_semantic_cache(cache_url: str | None = None, namespace: str = "speclens"):
+    """The semantic cache in Redis (``cache_url``) or under the cache root; None (with a message) when its
+    embedder is unavailable. A Redis that is down is not an error: the cache warns and reconnects later."""
     from engine.catalog import cache_root
+    from engine.cache.backends import open_store
     from engine.cache.embedder import load_default_embedder
     from engine.cache.semantic_cache import SemanticCache
 
     print("[speclens] opening the semantic cache (MiniLM embedder)…", flush=True)
     try:
-        return SemanticCache(cache_root() / "semantic-cache", load_default_embedder())
+        store = open_store(cache_url or cache_root() / "semantic-cache", namespace=namespace)
+        cache = SemanticCache(store, load_default_embedder())
     except Exception as err:  # the app works without a cache
-        print(f"[speclens] semantic cache disabled: {type(err).__name__}: {err}", flush=True)
+        from engine.cache.records import mask_url
+
+        message = str(err).replace(cache_url, mask_url(cache_url)) if cache_url else str(err)
+        print(f"[speclens] semantic cache disabled: {type(err).__name__}: {message}", flush=True)
         return None
+    print(f"[speclens] semantic cache: {cache.location}", flush=True)
+    if cache.problem:
+        print(f"[speclens] warning: {cache.problem}", flush=True)
+    return cache
 
 
 def load_engine(args: argparse.Namespace):
@@ -60,7 +78,7 @@ def load_engine(args: argparse.Namespace):
 
     target, draft = args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT
     start = time.perf_counter()
-    engine = ChatEngine(cache=open_semantic_cache())
+    engine = ChatEngine(cache=open_semantic_cache(args.cache_url, args.cache_namespace))
     print(f"[speclens] loading target {target} and draft {draft} (first use converts the weights once)…",
           flush=True)
     try:

@@ -1,7 +1,9 @@
 """The semantic-cache tab: entry count, hit rates, recent entries, delete one, clear all.
 
 Reads ``engine.cache`` (None, or an object with ``stats() -> dict``, ``entries(limit) -> list[dict]`` with keys
-key/prompt/answer/created, ``delete(key)``, ``clear()`` and ``len()``).
+key/prompt/answer/created, ``delete(key)``, ``clear()`` and ``len()``). Two optional string keys of ``stats()``
+are shown apart: ``backend`` (where the entries live, password masked) and ``warning`` (why the cache is not
+working right now, e.g. Redis unreachable).
 """
 from __future__ import annotations
 
@@ -51,11 +53,15 @@ def cache_summary_html(cache) -> str:
         stats = dict(cache.stats())
     except Exception as err:  # a broken cache must not break the tab
         return f'<div class="cache-summary">cache statistics unavailable: {esc(err)}</div>'
+    warning = stats.pop("warning", "")
+    backend = stats.pop("backend", "")
     items = [("entries", str(len(cache)))] + [(_label(str(k)), _fmt(str(k), v))
                                               for k, v in stats.items() if k != "entries"]
     cells = "".join(f'<div class="stat-card"><div class="stat-value">{esc(v)}</div>'
                     f'<div class="stat-label">{esc(k)}</div></div>' for k, v in items)
-    return f'<div class="cache-summary stat-grid">{cells}</div>'
+    where = f'<div class="cache-backend">stored in {esc(backend)}</div>' if backend else ""
+    alert = f'<div class="cache-warning" role="alert">\u26a0 {esc(warning)}</div>' if warning else ""
+    return f'{alert}<div class="cache-summary stat-grid">{cells}</div>{where}'
 
 
 def _created(value) -> str:

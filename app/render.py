@@ -72,7 +72,10 @@ def render_tokens(tokens: list[TokenEvent]) -> str:
 
 
 def render_cache_note(cache: CacheEvent | None) -> str:
-    """Names the prompt a cached or verified answer matched, with its similarity."""
+    """Names the prompt a cached or verified answer matched, with its similarity; warns when the cache could not
+    be used (a miss with a reason, e.g. Redis unreachable)."""
+    if cache is not None and cache.outcome == "miss" and cache.reason:
+        return f'<div class="cache-note cache-warning" data-outcome="miss">\u26a0 {esc(cache.reason)}</div>'
     if cache is None or cache.outcome in ("miss", "off"):
         return ""
     label = CACHE_LABELS.get(cache.outcome, cache.outcome)

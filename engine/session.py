@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.cache import cached_chat
+from engine.cache.judge import LLMJudge, judge_for
 from engine.prompt import encode_chat
 from engine.config import CacheConfig, SamplingConfig, SpecConfig
 from engine.errors import NoPairError
@@ -59,8 +60,10 @@ class ChatEngine:
     forwards run one step at a time under ``self._lock``, released at every yield; swapping the pair never
     waits for a generation."""
 
-    def __init__(self, cache: SemanticCache | None = None):
+    def __init__(self, cache: SemanticCache | None = None, paraphrase_judge: bool = True):
         self.cache = cache
+        self.paraphrase_judge = paraphrase_judge  # direct mode: the target judges near-hits (engine/cache/judge.py)
+        self._judge_cache: tuple[LoadedModel, LLMJudge | None] | None = None
         self.pair: Pair | None = None
         self._lock = threading.Lock()  # one decoding step on the models at a time; never held across a yield
         self._load_lock = threading.Lock()  # one load at a time
@@ -117,6 +120,16 @@ class ChatEngine:
         """A fresh KV cache per generation: the same prompt and seed always give the same answer."""
         return ModelRunner(loaded.model, loaded.vocab_size)
 
+    def _judge(self, pair: Pair, cache_mode: str) -> LLMJudge | None:
+        """In direct mode, the target itself judges whether a near-hit needs the same answer (only a target
+        with a calibrated threshold; other targets keep the lexical guards alone)."""
+        if cache_mode != "direct" or self.cache is None or not self.paraphrase_judge:
+            return None
+        cached = self._judge_cache
+        if cached is None or cached[0] is not pair.target:  # one judge per target: it keeps its prompt's KV
+            cached = self._judge_cache = (pair.target, judge_for(pair.target, self._lock))
+        return cached[1]
+
     # -- generation ---------------------------------------------------------------------------------------
     def encode(self, messages: list[dict], pair: Pair | None = None) -> list[int]:
         target = (pair or self.require_pair()).target
@@ -147,7 +160,8 @@ class ChatEngine:
         """
         pair = self.require_pair()  # read once: a concurrent pair switch affects only later requests
         prompt_ids = self.encode(messages, pair)
-        hit, cache_event = cached_chat.lookup(self.cache, pair.target, messages, sampling, cache)
+        hit, cache_event, scope = cached_chat.lookup(self.cache, pair.target, messages, sampling, cache,
+                                                     judge=self._judge(pair, cache.mode))
         yield cache_event
         stream = self._stream(pair.target, prompt_ids, sampling)
         if hit.outcome in ("exact", "cached"):
@@ -161,7 +175,7 @@ class ChatEngine:
         with closing(self._stepwise(decoder)) as events:
             for event in events:
                 if event.type == "done":
-                    cached_chat.remember(self.cache, pair.target, messages, sampling, event)
+                    cached_chat.remember(self.cache, scope, messages, event)
                 yield event
 
     def generate_reference(self, messages: list[dict], sampling: SamplingConfig,

@@ -94,3 +94,66 @@ def test_truncated_answer_is_not_stored_and_cache_off_skips_lookup(engine):
     assert events[-1].finish_reason == "length" and len(engine.cache) == 0
     off = ask(engine, "Describe the sun in detail.", cache=CACHE_OFF)
     assert off[0].outcome == "off"
+
+
+def test_cache_off_neither_reads_nor_writes(engine):
+    stored = "In one short sentence, what is a Python list?"
+    engine.cache.store(stored, _scope(engine, stored), "a cached answer", [1, 2], complete=True)
+    fresh = "In one short sentence, what is a Python tuple?"
+    for prompt in (stored, fresh):
+        events = ask(engine, prompt, cache_mode="off")
+        assert events[0].outcome == "off" and not any(e.type == "token" and e.kind == "cached" for e in events)
+        assert events[-1].finish_reason == "eos"  # complete: it would have been stored with the cache on
+    assert len(engine.cache) == 1  # the answers given with the cache off were not written
+    assert ask(engine, fresh)[0].outcome == "miss"
+
+
+def test_entries_with_token_ids_outside_the_vocabulary_are_skipped(engine):
+    vocab = engine.target.vocab_size
+    for prompt, mode in (("Say hi.", "verify"), ("Say hi.", "direct")):
+        engine.cache.clear()  # only the bad entry: not the answer generated in the previous round
+        engine.cache.store(prompt, _scope(engine, prompt), "x", [1, vocab + 7, 2**40], complete=True)
+        events = ask(engine, prompt, cache_mode=mode)  # exact path: would raise OverflowError/IndexError
+        assert events[0].outcome == "miss" and events[-1].finish_reason in ("eos", "length")
+        assert not any(e.type == "token" and e.kind == "cached" for e in events)
+
+
+def test_a_failed_cache_write_never_costs_the_answer(loaded, tmp_path, monkeypatch):
+    import sqlite3
+
+    import diskcache
+
+    engine = ChatEngine(cache=SemanticCache(tmp_path / "cache", load_default_embedder()))
+    engine.use_models(*loaded)
+
+    def disk_full(*args, **kwargs):
+        raise sqlite3.OperationalError("database or disk is full")
+    monkeypatch.setattr(diskcache.Cache, "set", disk_full)
+    events = ask(engine, "Name a planet.")
+    assert events[-1].finish_reason == "eos" and events[-1].text
+    assert "disk is full" in engine.cache.stats()["warning"] and len(engine.cache) == 0
+
+
+def test_redis_killed_during_generation_still_delivers_the_answer(loaded):
+    from engine.cache.redis_store import RedisStore
+    from tests.redis_server import RedisServer, require_redis_binary
+
+    server = RedisServer(require_redis_binary()).start()
+    try:
+        engine = ChatEngine(cache=SemanticCache(RedisStore(server.url, namespace="gen"), load_default_embedder()))
+        engine.use_models(*loaded)
+        events = []
+        for event in engine.generate([{"role": "user", "content": "Name a fruit."}], GREEDY, SPEC):
+            events.append(event)
+            if event.type == "token" and server.proc is not None:
+                server.stop()  # the answer is being generated; its cache write will fail
+        assert events[0].outcome == "miss" and events[-1].type == "done" and events[-1].finish_reason == "eos"
+        assert "unreachable" in engine.cache.stats()["warning"]
+    finally:
+        server.stop()
+
+
+def _scope(engine, prompt):
+    from engine.cache.cached_chat import chat_scope
+
+    return chat_scope(engine.target, GREEDY, [{"role": "user", "content": prompt}])

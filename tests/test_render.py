@@ -377,3 +377,12 @@ def test_meter_says_served_from_cache_instead_of_a_speed_ratio():
     stats = StatsEvent(0, 40, 0, 0, 0.001, 0)
     html = render_stats(stats, CacheEvent("exact", "q", 1.0), {"tokens_per_s": 7.0, "how": "x"})
     assert "served from the cache" in html and "target-only</span>" not in html
+
+
+def test_a_cache_that_could_not_be_used_shows_an_escaped_warning():
+    from app.render import render_cache_note
+    from engine.events import CacheEvent
+
+    note = render_cache_note(CacheEvent("miss", reason="cache unavailable: <b>Redis</b> at redis://:***@h:1/0"))
+    assert "cache-warning" in note and "&lt;b&gt;Redis&lt;/b&gt;" in note and "<b>" not in note
+    assert render_cache_note(CacheEvent("miss")) == ""

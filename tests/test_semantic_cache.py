@@ -153,7 +153,7 @@ def test_ttl_expires_entries(tmp_path):
     clock.now += 2
     assert cache.lookup("short lived", SCOPE).outcome == "miss"
     assert cache.lookup("please short lived", SCOPE).outcome == "miss"
-    assert len(cache) == 0
+    assert cache.entries() == []
 
 
 def test_size_limit_evicts_oldest(tmp_path):

@@ -23,14 +23,19 @@ def chat_scope(target: LoadedModel, sampling: SamplingConfig, messages: list[dic
 
 
 def lookup(cache: SemanticCache | None, target: LoadedModel, messages: list[dict], sampling: SamplingConfig,
-           config: CacheConfig) -> tuple[CacheHit, CacheEvent]:
+           config: CacheConfig, judge=None) -> tuple[CacheHit, CacheEvent, str | None]:
+    """(hit, event, scope). The scope is computed once here and handed to :func:`remember`; it is None when
+    the cache takes no part in this request (off, or an unseeded sample), and then nothing is stored either.
+    Entries whose token ids fall outside the target's vocabulary are skipped (a hostile or stale entry)."""
     if cache is None or config.mode == "off":
-        return CacheHit("miss"), CacheEvent("off", reason="cache is off")
+        return CacheHit("miss"), CacheEvent("off", reason="cache is off"), None
     if not _cacheable(sampling):
-        return CacheHit("miss"), CacheEvent("off", reason="sampling without a seed: every answer is a fresh draw")
-    hit = cache.lookup(messages[-1]["content"], chat_scope(target, sampling, messages), config.mode,
-                       config.threshold)
-    return hit, hit.to_event()
+        return (CacheHit("miss"), CacheEvent("off", reason="sampling without a seed: every answer is a fresh draw"),
+                None)
+    scope = chat_scope(target, sampling, messages)
+    hit = cache.lookup(messages[-1]["content"], scope, config.mode, config.threshold, vocab_size=target.vocab_size,
+                       judge=judge)
+    return hit, hit.to_event(), scope
 
 
 def serve(hit: CacheHit, stream: TokenStream, cache: SemanticCache) -> Iterator[Event]:
@@ -48,11 +53,12 @@ def serve(hit: CacheHit, stream: TokenStream, cache: SemanticCache) -> Iterator[
     yield done
 
 
-def remember(cache: SemanticCache | None, target: LoadedModel, messages: list[dict], sampling: SamplingConfig,
-             done) -> bool:
-    """Store a finished answer; cancelled or truncated ones are never stored."""
-    if cache is None or not _cacheable(sampling):
+def remember(cache: SemanticCache | None, scope: str | None, messages: list[dict], done) -> bool:
+    """Store a finished answer under the scope :func:`lookup` returned. Cancelled or truncated answers, and
+    requests the cache took no part in (``scope`` None), are never stored. Never raises: a failed write is
+    the cache's warning, not the answer's failure."""
+    if cache is None or scope is None:
         return False
-    return cache.store(messages[-1]["content"], chat_scope(target, sampling, messages), done.text,
-                       done.token_ids, complete=done.finish_reason == "eos",
+    return cache.store(messages[-1]["content"], scope, done.text, done.token_ids,
+                       complete=done.finish_reason == "eos",
                        meta={"seconds": done.stats.elapsed_s, "tokens": len(done.token_ids)})

@@ -1,11 +1,13 @@
 """Evaluate the semantic cache on labelled prompt pairs, and measure its lookup latency.
 
-    python -m engine.cache_eval --pairs FILE.jsonl [--json OUT] [--threshold X]
-    python -m engine.cache_eval --latency [--entries 10000]
+    python -m engine.cache_eval --pairs FILE.jsonl [--json OUT] [--threshold X] [--cache-url URL] [--judge MODEL]
+    python -m engine.cache_eval --latency [--entries 10000] [--cache-url URL]
 
 FILE.jsonl holds {"a": ..., "b": ..., "same": bool} per line. For each pair a fresh cache stores ``a`` and
 looks up ``b`` in ``direct`` mode. "Served" means answered without verification (exact or cached); the
-raw-cosine columns show what serving every hit above the threshold would give.
+raw-cosine columns show what serving every hit above the threshold would give. ``--cache-url`` runs the
+same evaluation on a Redis store (one throw-away namespace per pair, cleared afterwards); ``--judge`` loads a
+model (e.g. qwen2.5-coder-0.5b-instruct) as the paraphrase judge and reports its latency per judged hit.
 """
 from __future__ import annotations
 
@@ -13,12 +15,15 @@ import json
 import statistics
 import tempfile
 import time
+import uuid
+from contextlib import contextmanager
 from collections import Counter
 from pathlib import Path
 
 from tqdm import tqdm
 
 from engine.config import SamplingConfig
+from engine.cache.backends import open_store
 from engine.cache.embedder import HashEmbedder, load_default_embedder, normalise_rows
 from engine.cache.semantic_cache import DEFAULT_THRESHOLD, OUTCOMES, SemanticCache, make_scope
 
@@ -55,18 +60,62 @@ class MemoEmbedder:
         return normalise_rows([self._vecs[t] for t in texts])
 
 
-def evaluate_pairs(pairs: list[dict], embedder, threshold: float = DEFAULT_THRESHOLD, progress: bool = True) -> dict:
+@contextmanager
+def fresh_stores(cache_url: str | None):
+    """``make(name) -> store``: a new empty store per call, in a temp directory or a throw-away Redis namespace."""
+    made = []
+    with tempfile.TemporaryDirectory() as tmp:
+        run = uuid.uuid4().hex[:8]
+
+        def make(name: str):
+            store = open_store(cache_url, namespace=f"speclens-eval-{run}-{name}") if cache_url \
+                else open_store(Path(tmp) / name)
+            made.append(store)
+            return store
+        try:
+            yield make
+        finally:
+            for store in made:
+                if cache_url:
+                    store.drop()
+                store.close()
+
+
+class TimedJudge:
+    """Wraps a judge callable and records how long each call took."""
+
+    def __init__(self, judge):
+        self.judge, self.seconds = judge, []
+
+    def __call__(self, a: str, b: str) -> bool:
+        t0 = time.perf_counter()
+        try:
+            return self.judge(a, b)
+        finally:
+            self.seconds.append(time.perf_counter() - t0)
+
+
+def evaluate_pairs(pairs: list[dict], embedder, threshold: float = DEFAULT_THRESHOLD, progress: bool = True,
+                   cache_url: str | None = None, judge=None) -> dict:
     rows = []
     embedder = MemoEmbedder(embedder, [p[k] for p in pairs for k in ("a", "b")])
-    with tempfile.TemporaryDirectory() as tmp:
+    timed = TimedJudge(judge) if judge is not None else None
+    with fresh_stores(cache_url) as make:
         for i, pair in enumerate(tqdm(pairs, desc="pairs", disable=not progress)):
-            with SemanticCache(Path(tmp) / str(i), embedder, threshold=threshold, mode="direct") as cache:
-                cache.store(pair["a"], EVAL_SCOPE, PLACEHOLDER, [0], complete=True)
-                hit = cache.lookup(pair["b"], EVAL_SCOPE)
+            cache = SemanticCache(make(str(i)), embedder, threshold=threshold, mode="direct")
+            if cache.problem:
+                raise RuntimeError(f"cache store unavailable: {cache.problem}")
+            cache.store(pair["a"], EVAL_SCOPE, PLACEHOLDER, [0], complete=True)
+            hit = cache.lookup(pair["b"], EVAL_SCOPE, judge=timed)
             va, vb = normalise_rows(embedder.encode([pair["a"], pair["b"]]))
             rows.append({"a": pair["a"], "b": pair["b"], "same": bool(pair["same"]), "outcome": hit.outcome,
                          "cosine": round(float(va @ vb), 4), "reason": hit.reason})
-    return summarise(rows, threshold)
+    report = summarise(rows, threshold)
+    report["backend"] = "redis" if cache_url else "disk"
+    if timed is not None:
+        report["judge_calls"] = len(timed.seconds)
+        report["judge_median_ms"] = statistics.median(timed.seconds) * 1e3 if timed.seconds else None
+    return report
 
 
 def summarise(rows: list[dict], threshold: float) -> dict:
@@ -96,11 +145,17 @@ def format_report(report: dict) -> str:
         if r["reason"]:
             lines.append(f"{'':24}-> {r['reason']}")
     o = report["outcomes"]
+    judged = ""
+    if report.get("judge_calls") is not None:
+        ms = report["judge_median_ms"]
+        judged = f", judge called {report['judge_calls']}x" + (f" (median {ms:.0f} ms)" if ms is not None else "")
+    served_label = "served (guards+judge)" if judged else "served (guards)"
     lines += ["-" * 100,
-              f"pairs {report['pairs']} (same {report['same_pairs']}), threshold {report['threshold']:.2f}",
+              f"pairs {report['pairs']} (same {report['same_pairs']}), threshold {report['threshold']:.2f}, "
+              f"backend {report.get('backend', 'disk')}{judged}",
               f"outcomes: exact {o['exact']}  cached {o['cached']}  verified {o['verified']}  miss {o['miss']}",
               f"{'':22}{'precision':>10} {'recall':>7}",
-              f"{'served (guards)':22}{_pct(report['served_precision']):>10} {_pct(report['served_recall']):>7}"
+              f"{served_label:22}{_pct(report['served_precision']):>10} {_pct(report['served_recall']):>7}"
               f"   ({report['served']} served, {report['false_served']} wrong)",
               f"{'raw cosine >= thr':22}{_pct(report['raw_cosine_precision']):>10}"
               f" {_pct(report['raw_cosine_recall']):>7}"]
@@ -116,21 +171,22 @@ def _median_ms(fn, repeats: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def measure_latency(n_entries: int = 10_000, repeats: int = 200, real_model: bool = True) -> dict:
+def measure_latency(n_entries: int = 10_000, repeats: int = 200, real_model: bool = True,
+                    cache_url: str | None = None) -> dict:
     """Lookup times over ``n_entries`` random unit vectors (fake embedder, 384-d like MiniLM)."""
     embedder = HashEmbedder(384)
-    out = {"entries": n_entries}
-    with tempfile.TemporaryDirectory() as tmp, SemanticCache(Path(tmp) / "c", embedder) as cache:
+    out = {"entries": n_entries, "backend": "redis" if cache_url else "disk"}
+    with fresh_stores(cache_url) as make:
+        cache = SemanticCache(make("latency"), embedder)
         t0 = time.perf_counter()
         for i in tqdm(range(n_entries), desc="fill", leave=False):
             cache.store(f"prompt {i}", EVAL_SCOPE, f"answer {i} " * 20, list(range(40)), complete=True)
         out["fill_s"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        reopened = SemanticCache(Path(tmp) / "c", embedder)
+        reopened = SemanticCache(cache._store, embedder)  # a second instance: loads every embedding
         out["reopen_and_index_ms"] = (len(reopened), time.perf_counter() - t0)[1] * 1e3
-        reopened.close()
         if cache.lookup("PROMPT 1234?", EVAL_SCOPE).outcome != "exact":
-            raise RuntimeError("latency setup: expected an exact hit")
+            raise RuntimeError(f"latency setup: expected an exact hit ({cache.problem or 'no error'})")
         out["exact_hit_ms"] = _median_ms(lambda: cache.lookup("PROMPT 1234?", EVAL_SCOPE), repeats)
         misses = iter(range(10 ** 9))
         out["semantic_lookup_ms"] = _median_ms(lambda: cache.lookup(f"novel {next(misses)}", EVAL_SCOPE), repeats)
@@ -144,7 +200,7 @@ def measure_latency(n_entries: int = 10_000, repeats: int = 200, real_model: boo
 
 
 def format_latency(r: dict) -> str:
-    lines = [f"entries                      {r['entries']}",
+    lines = [f"entries                      {r['entries']} ({r.get('backend', 'disk')})",
              f"fill (store x n)             {r['fill_s']:.2f} s",
              f"reopen + build index         {r['reopen_and_index_ms']:.1f} ms",
              f"exact hit (serve)            {r['exact_hit_ms']:.3f} ms",
@@ -165,15 +221,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
     parser.add_argument("--latency", action="store_true", help="measure lookup latency")
     parser.add_argument("--entries", type=int, default=10_000, help="cache size for --latency")
+    parser.add_argument("--cache-url", help="run against Redis (redis://[:password@]host:port/db) instead of disk")
+    parser.add_argument("--judge", metavar="MODEL", help="paraphrase judge model for direct mode (a built-in name)")
+    parser.add_argument("--judge-threshold", type=float, help="P(yes) the judge needs (default: its calibrated one)")
     args = parser.parse_args(argv)
     if not args.pairs and not args.latency:
         parser.error("give --pairs FILE.jsonl and/or --latency")
     report = {}
     if args.pairs:
-        report["pairs"] = evaluate_pairs(load_pairs(args.pairs), load_default_embedder(), args.threshold)
+        judge = None
+        if args.judge:
+            from engine.cache.judge import YES_THRESHOLDS, LLMJudge
+            from engine.models import load_model
+
+            threshold = args.judge_threshold if args.judge_threshold is not None else YES_THRESHOLDS.get(args.judge)
+            if threshold is None:
+                parser.error(f"{args.judge} has no calibrated judge threshold: give --judge-threshold")
+            judge = LLMJudge(load_model(args.judge, role="target"), threshold)
+        report["pairs"] = evaluate_pairs(load_pairs(args.pairs), load_default_embedder(), args.threshold,
+                                         cache_url=args.cache_url, judge=judge)
         print(format_report(report["pairs"]))
     if args.latency:
-        report["latency"] = measure_latency(args.entries)
+        report["latency"] = measure_latency(args.entries, cache_url=args.cache_url)
         print(format_latency(report["latency"]))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))

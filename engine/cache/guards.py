@@ -294,3 +294,11 @@ GUARDS = {"numbers": numbers_guard, "negation": negation_guard, "order": order_g
 def failed_guards(a: str, b: str) -> list[str]:
     """Reasons from every guard that fails, in a fixed order; empty when the pair looks equivalent."""
     return [reason for guard in GUARDS.values() if (reason := guard(a, b)) is not None]
+
+
+HARD_GUARDS = ("numbers", "negation", "order")  # differences a paraphrase judge may not overrule
+
+
+def judge_may_overrule(a: str, b: str) -> bool:
+    """True when only the key-terms guard fails (synonyms, rewording): a paraphrase judge may then serve it."""
+    return all(GUARDS[name](a, b) is None for name in HARD_GUARDS)

@@ -1,30 +1,27 @@
-"""Semantic cache in front of the engine: exact tier, semantic tier, guards, diskcache storage.
+"""Semantic cache in front of the engine: exact tier, semantic tier, guards; storage in a local directory or Redis.
 
 A lookup never crosses scopes (target model, precision, sampling, system prompt, earlier turns) and never
 serves a confident wrong answer: in ``verify`` mode every semantic hit goes to the target as a draft
 (``verified``); in ``direct`` mode a hit is served as is (``cached``) only when every guard passes.
 
-Process safety: entries live in diskcache (SQLite). Every write or delete bumps a counter with
-``cache.incr`` *after* the change, and a lookup reloads the in-memory embedding matrices when the counter
-moved, so another process's writes show up at the next lookup.
+Storage is a store from :mod:`engine.cache.backends` (diskcache directory or a shared Redis). Each instance
+keeps the embeddings in memory and, before a semantic search, applies what the store says changed since its
+last look, so another process's or another machine's writes show up at the next lookup. When the store is
+unreachable a lookup is a miss with the reason, a store is skipped, and ``stats()["warning"]`` says why;
+generation never waits on it.
 """
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import logging
-import os
 import re
-import sqlite3
 import threading
 import time
 import unicodedata
-import warnings
 from collections import Counter
 from dataclasses import dataclass
 
-import diskcache
 import numpy as np
 
 from engine.config import DEFAULT_CACHE_THRESHOLD as DEFAULT_THRESHOLD
@@ -32,15 +29,14 @@ from engine.config import CacheConfig, SamplingConfig
 from engine.cache.embedder import EmbeddingIndex, normalise_rows
 from engine.errors import InvalidSettingError
 from engine.events import CacheEvent
-from engine.cache.guards import failed_guards
+from engine.cache.backends import StoreUnavailable, open_store
+from engine.cache.disk_store import DEFAULT_SIZE_LIMIT
+from engine.cache.guards import failed_guards, judge_may_overrule
+from engine.cache.records import BadRecord, check_vocab, encode_record
 
 log = logging.getLogger(__name__)
 
 OUTCOMES = ("exact", "verified", "cached", "miss")
-DEFAULT_SIZE_LIMIT = 512 * 2**20
-_VERSION_KEY = "meta:version"
-_PREFIX = "e:"
-_TAG = "entry"
 
 
 def _check_mode_and_threshold(mode: str, threshold: float) -> None:
@@ -90,221 +86,219 @@ class CacheHit:
                           reason=self.reason)
 
 
-def _aside_path(directory: str) -> str:
-    """``<dir>.corrupt-<timestamp>-<pid>``, with a counter when that name is taken."""
-    base = f"{directory}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    return next(p for n in itertools.count() if not os.path.lexists(p := f"{base}-{n}" if n else base))
-
-
-def _is_corruption(err: BaseException) -> bool:
-    """'file is not a database', 'disk image is malformed'; not 'database is locked' (OperationalError)."""
-    return isinstance(err, sqlite3.DatabaseError) and not isinstance(err, sqlite3.OperationalError)
-
-
 class SemanticCache:
-    """Exact + semantic prompt cache on disk. See the module docstring."""
+    """Exact + semantic prompt cache over a store (local directory or Redis). See the module docstring."""
 
-    def __init__(self, directory: str | os.PathLike, embedder, *, threshold: float = DEFAULT_THRESHOLD,
-                 mode: str = "verify", size_limit_bytes: int = DEFAULT_SIZE_LIMIT, ttl_s: float | None = None,
-                 clock=time.time):
-        """``clock`` (unix seconds) dates entries and decides their TTL; tests pass a fake one."""
+    def __init__(self, store, embedder, *, threshold: float = DEFAULT_THRESHOLD, mode: str = "verify",
+                 size_limit_bytes: int = DEFAULT_SIZE_LIMIT, ttl_s: float | None = None, clock=time.time):
+        """``store``: a store object (:mod:`engine.cache.backends`), a ``redis://`` URL or a directory.
+        ``clock`` (unix seconds) dates entries and, besides the store's own expiry, decides their TTL on read;
+        tests pass a fake one."""
         _check_mode_and_threshold(mode, threshold)
         if size_limit_bytes <= 0 or (ttl_s is not None and ttl_s <= 0):
             raise InvalidSettingError("cache size limit and TTL must be positive")
-        self.directory, self.threshold, self.mode = os.fspath(directory), float(threshold), mode
-        self.size_limit_bytes, self.ttl_s, self._clock = int(size_limit_bytes), ttl_s, clock
+        self.threshold, self.mode, self.ttl_s, self._clock = float(threshold), mode, ttl_s, clock
+        self._store = store if hasattr(store, "changes") else open_store(store, size_limit_bytes=size_limit_bytes)
+        self.location = self._store.location
         self._embedder = embedder
-        self._index, self._version = EmbeddingIndex(), None  # None: reload at the next sync
+        self._dim = getattr(embedder, "dim", None) or len(self._embed("dimension probe"))
+        self._index, self._token = EmbeddingIndex(), None  # None: reload all at the next sync
         self._counts: Counter = Counter()
         self._saved_s = 0.0
+        self._problems: dict[str, str] = {}  # "read"/"write" -> the last failure of that kind, until one succeeds
         self._lock = threading.RLock()  # one instance may serve several UI threads
-        self._cache = self._open()
-        self._call(self._sync)
+        self._safely("open", self._sync, None)
 
-    # ---- storage plumbing -------------------------------------------------------------------
-    def _open(self) -> diskcache.Cache:
-        def attempt() -> diskcache.Cache:
-            cache = diskcache.Cache(self.directory, size_limit=self.size_limit_bytes,
-                                    eviction_policy="least-recently-stored")
-            cache.get(_VERSION_KEY)  # touch the database so that corruption shows now
-            return cache
-        try:
-            return attempt()
-        except (OSError, sqlite3.DatabaseError) as err:
-            if isinstance(err, sqlite3.OperationalError) and "locked" in str(err):
-                raise
-            self._move_aside(err)
-            return attempt()
+    # ---- plumbing -------------------------------------------------------------------------------
+    _WRITES = ("store", "delete", "clear")
 
-    def _move_aside(self, err: BaseException) -> None:
-        aside = _aside_path(self.directory)
-        if os.path.lexists(self.directory):
-            os.replace(self.directory, aside)
-        message = f"semantic cache at {self.directory} was unreadable ({err}); moved to {aside}, starting empty"
-        log.warning(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
+    @property
+    def problem(self) -> str:
+        """Why the store failed lately ("" when healthy); shown in stats() and the cache panel. A failed write
+        stays until a write succeeds (a read succeeding says nothing about a full disk)."""
+        return "; ".join(dict.fromkeys(self._problems.values()))
 
-    def _call(self, fn):
-        """Run fn under the lock; on database corruption move the directory aside, reopen empty, rerun fn."""
+    def _safely(self, what: str, fn, fallback):
+        """fn under the lock. An unavailable store gives ``fallback`` and a warning, never an exception."""
+        kind = "write" if what in self._WRITES else "read"
         with self._lock:
             try:
-                return fn()
-            except sqlite3.DatabaseError as err:
-                if not _is_corruption(err):
-                    raise
-                self._cache.close()
-                self._move_aside(err)
-                self._cache = self._open()
-                self._index, self._version = EmbeddingIndex(), None
-                return fn()
-
-    def _get(self, key: str) -> dict | None:
-        try:
-            rec = self._cache.get(_PREFIX + key)
-        except sqlite3.Error:
-            raise
-        except Exception as err:  # an entry that no longer unpickles: drop it, keep the cache
-            log.warning("dropping unreadable cache entry %s: %s", key, err)
-            self._cache.delete(_PREFIX + key)
-            return None
-        if rec is not None and self.ttl_s is not None and self._clock() - rec["created"] >= self.ttl_s:
-            self._cache.delete(_PREFIX + key)  # expired by our clock (diskcache's expire uses the real one)
-            return None
-        return rec
-
-    def _bump(self) -> bool:
-        """Increment the shared version; True when no other process wrote since our last sync."""
-        version = self._cache.incr(_VERSION_KEY, default=0)
-        mine = self._version is not None and version == self._version + 1
-        self._version = version if mine else None
-        return mine
+                result = fn()
+            except StoreUnavailable as err:
+                if self._problems.get(kind) != str(err):
+                    log.warning("semantic cache %s failed: %s", what, err)
+                self._problems[kind], self._token = str(err), None  # reload everything once the store is back
+                return fallback
+            self._problems.pop(kind, None)
+            if kind == "write":
+                self._problems.pop("read", None)
+            return result
 
     def _sync(self) -> None:
-        version = self._cache.get(_VERSION_KEY, 0)  # 0: nothing written yet
-        if version != self._version:
-            self._reload()
-            self._version = version
+        """Bring the in-memory index up to date with the store (other instances' writes included)."""
+        token, changes = self._store.changes(self._token)
+        if changes is None:
+            index = EmbeddingIndex()
+            for key, rec in self._store.records():
+                self._add(index, key, rec)
+            self._index = index
+        else:
+            for op, key in changes:
+                rec = self._store.get(key) if op == "put" else None
+                if rec is None:
+                    self._index.remove(key)
+                else:
+                    self._add(self._index, key, rec)
+        self._token = token
 
-    def _reload(self) -> None:
-        index = EmbeddingIndex()
-        for raw_key in self._cache.iterkeys():
-            if isinstance(raw_key, str) and raw_key.startswith(_PREFIX):
-                rec = self._get(raw_key[len(_PREFIX):])
-                if rec is not None:
-                    index.add(rec["scope"], raw_key[len(_PREFIX):], np.frombuffer(rec["embedding"], np.float32))
-        self._index = index
+    def _fits(self, key: str, rec: dict) -> bool:
+        if rec["embedding"].shape == (self._dim,):
+            return True
+        log.warning("semantic cache: entry %s has a %d-d embedding, the embedder gives %d-d; skipped",
+                    key, rec["embedding"].shape[0], self._dim)
+        return False
+
+    def _add(self, index: EmbeddingIndex, key: str, rec: dict) -> None:
+        if self._fits(key, rec):
+            index.add(rec["scope"], key, rec["embedding"])
 
     def _embed(self, text: str) -> np.ndarray:
         return normalise_rows(self._embedder.encode([text]))[0]  # (d,)
 
+    def _expired(self, rec: dict) -> bool:
+        """Older than the TTL by our clock (the store's own expiry runs on the real one)."""
+        return self.ttl_s is not None and self._clock() - rec["created"] >= self.ttl_s
+
+    def _usable(self, key: str, rec: dict | None, scope: str, vocab_size: int | None) -> bool:
+        if rec is None or rec["scope"] != scope or not self._fits(key, rec):
+            return False
+        if self._expired(rec):
+            return False
+        try:
+            check_vocab(rec, vocab_size)
+        except BadRecord as err:
+            log.warning("semantic cache: entry %s skipped: %s", key, err)
+            return False
+        return True
+
     # ---- public API ---------------------------------------------------------------------------
-    def lookup(self, prompt: str, scope: str, mode: str | None = None, threshold: float | None = None) -> CacheHit:
-        """``mode`` and ``threshold`` override the cache's defaults for this one lookup."""
+    def lookup(self, prompt: str, scope: str, mode: str | None = None, threshold: float | None = None,
+               vocab_size: int | None = None, judge=None) -> CacheHit:
+        """``mode`` and ``threshold`` override the cache's defaults for this one lookup. Entries whose token
+        ids fall outside ``vocab_size`` are skipped. ``judge(cached_prompt, prompt) -> bool`` may serve a
+        direct-mode hit that the lexical guards would send to verification (see engine/cache/judge.py)."""
         mode, threshold = mode or self.mode, self.threshold if threshold is None else float(threshold)
         _check_mode_and_threshold(mode, threshold)
-        hit = self._call(lambda: self._lookup(prompt, scope, mode, threshold))
-        self._counts[hit.outcome] += 1
+        hit = self._safely("lookup", lambda: self._lookup(prompt, scope, mode, threshold, vocab_size, judge), None)
+        if hit is None:
+            hit = CacheHit("miss", reason=f"cache unavailable, answering without it: {self.problem}")
+        with self._lock:
+            self._counts[hit.outcome] += 1
         return hit
 
-    def _lookup(self, prompt: str, scope: str, mode: str, threshold: float) -> CacheHit:
+    def _lookup(self, prompt: str, scope: str, mode: str, threshold: float, vocab_size, judge) -> CacheHit:
         if not normalise_prompt(prompt):
             return CacheHit("miss")
         key = entry_key(scope, prompt)
-        rec = self._get(key)
-        if rec is not None and rec["scope"] == scope:
+        rec = self._store.get(key)
+        if self._usable(key, rec, scope, vocab_size):
             return _hit("exact", key, rec, 1.0)
         self._sync()
         for cand, sim in self._index.search(scope, self._embed(prompt)):
             if sim < threshold:
                 break
-            rec = self._get(cand)
-            if rec is None or rec["scope"] != scope:  # evicted or expired since the last reload
+            rec = self._store.get(cand)
+            if not self._usable(cand, rec, scope, vocab_size):  # evicted, expired or unusable
                 self._index.remove(cand)
                 continue
             if mode == "verify":
                 return _hit("verified", cand, rec, sim)
             reasons = failed_guards(rec["prompt"], prompt)
+            if reasons and judge is not None and judge_may_overrule(rec["prompt"], prompt) \
+                    and judge(rec["prompt"], prompt):
+                return _hit("cached", cand, rec, sim, "the paraphrase judge overruled: " + "; ".join(reasons))
             return _hit("verified" if reasons else "cached", cand, rec, sim, "; ".join(reasons))
         return CacheHit("miss")
 
     def store(self, prompt: str, scope: str, answer: str, answer_token_ids, complete: bool,
               meta: dict | None = None) -> bool:
-        """Store a finished answer. Refuses (False) cancelled/truncated answers and empty prompts."""
+        """Store a finished answer. Refuses (False) cancelled/truncated answers and empty prompts. A failed
+        write (store down, disk full or read-only) is logged and shown in stats(), and gives False."""
         if not complete or not normalise_prompt(prompt) or not (answer or answer_token_ids):
             return False
-        key, vec = entry_key(scope, prompt), self._embed(prompt)
-        rec = {"prompt": prompt, "scope": scope, "answer": answer,
-               "answer_token_ids": [int(t) for t in answer_token_ids], "embedding": vec.astype(np.float32).tobytes(),
-               "created": self._clock(), "meta": dict(meta or {})}
+        try:
+            key, vec = entry_key(scope, prompt), self._embed(prompt)
+            text = encode_record(prompt, scope, answer, answer_token_ids, vec, self._clock(), meta)
+        except (TypeError, ValueError) as err:
+            log.warning("semantic cache: answer not stored: %s", err)
+            return False
 
-        def write() -> None:
-            self._cache.set(_PREFIX + key, rec, expire=self.ttl_s, tag=_TAG)
-            if self._bump():
-                self._index.add(scope, key, vec)
-        self._call(write)
-        return True
+        def write() -> bool:
+            try:
+                token = self._store.put(key, text, self.ttl_s, self._token)
+            except StoreUnavailable:
+                raise
+            except Exception as err:  # a failed cache write must never cost the answer
+                raise StoreUnavailable(f"writing to {self.location} failed: {type(err).__name__}: {err}") from err
+            self._index.add(scope, key, vec)
+            if token is not None:
+                self._token = token
+            return True
+        return self._safely("store", write, False)
 
     def delete(self, key: str) -> bool:
         def remove() -> bool:
-            existed = self._cache.delete(_PREFIX + key)
-            if self._bump():
-                self._index.remove(key)
-            return bool(existed)
-        return self._call(remove)
+            existed, token = self._store.delete(key, self._token)
+            self._index.remove(key)
+            if token is not None:
+                self._token = token
+            return existed
+        return self._safely("delete", remove, False)
 
     def clear(self) -> None:
         def wipe() -> None:
-            self._cache.evict(_TAG)
-            self._bump()
-            self._index, self._version = EmbeddingIndex(), None
-        self._call(wipe)
+            self._store.clear()
+            self._index, self._token = EmbeddingIndex(), None
+        self._safely("clear", wipe, None)
 
     def entries(self, limit: int = 50) -> list[dict]:
         """Newest first: key, prompt, answer preview, scope, created (unix seconds)."""
         def collect() -> list[dict]:
-            self._expire()
-            recs = []
-            for raw_key in self._cache.iterkeys():
-                if isinstance(raw_key, str) and raw_key.startswith(_PREFIX):
-                    rec = self._get(raw_key[len(_PREFIX):])
-                    if rec is not None:
-                        recs.append({"key": raw_key[len(_PREFIX):], "prompt": rec["prompt"],
-                                     "answer": rec["answer"][:120], "scope": rec["scope"], "created": rec["created"]})
+            recs = [{"key": k, "prompt": r["prompt"], "answer": r["answer"][:120], "scope": r["scope"],
+                     "created": r["created"]} for k, r in self._store.records() if not self._expired(r)]
             return sorted(recs, key=lambda r: -r["created"])[:limit]
-        return self._call(collect)
-
-    def _expire(self) -> None:
-        self._cache.expire()
-        if self.ttl_s is not None:  # reading an entry drops it once it is older than the TTL
-            for raw_key in list(self._cache.iterkeys()):
-                if isinstance(raw_key, str) and raw_key.startswith(_PREFIX):
-                    self._get(raw_key[len(_PREFIX):])
+        return self._safely("listing", collect, [])
 
     def __len__(self) -> int:
-        """Live entries on disk. Also resyncs the index when TTL or the size limit removed entries."""
+        """Live entries in the store. Also resyncs the index when TTL or the size limit removed entries."""
         def count() -> int:
-            self._expire()
-            n = sum(1 for k in self._cache.iterkeys() if isinstance(k, str) and k.startswith(_PREFIX))
+            n = self._store.count()
             self._sync()
-            if n != len(self._index):  # evicted or expired without a version bump
-                self._version = None
+            if n != len(self._index):  # evicted or expired without a logged change
+                self._token = None
                 self._sync()
             return n
-        return self._call(count)
+        return self._safely("count", count, 0)
 
     def record_saved(self, seconds: float) -> None:
         """The caller reports generation time that a hit saved."""
-        self._saved_s += max(0.0, float(seconds))
+        with self._lock:
+            self._saved_s += max(0.0, float(seconds))
 
     def stats(self) -> dict:
-        hits = {o: self._counts[o] for o in OUTCOMES if o != "miss"}
-        lookups = sum(self._counts.values())
-        return {"lookups": lookups, "hits": hits, "misses": self._counts["miss"],
-                "hit_rate": (lookups - self._counts["miss"]) / lookups if lookups else 0.0,
-                "time_saved_s": self._saved_s, "entries": len(self)}
+        with self._lock:
+            counts, saved_s = Counter(self._counts), self._saved_s
+        hits = {o: counts[o] for o in OUTCOMES if o != "miss"}
+        lookups = sum(counts.values())
+        out = {"lookups": lookups, "hits": hits, "misses": counts["miss"],
+               "hit_rate": (lookups - counts["miss"]) / lookups if lookups else 0.0,
+               "time_saved_s": saved_s, "entries": len(self), "backend": self.location}
+        if self.problem:
+            out["warning"] = self.problem
+        return out
 
     def close(self) -> None:
-        self._cache.close()
+        self._store.close()
 
     def __enter__(self) -> SemanticCache:
         return self

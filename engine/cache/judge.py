@@ -1,0 +1,102 @@
+"""A paraphrase judge for direct mode: the loaded language model is asked whether two requests need the
+same answer, and its Yes/No next-token probability is compared with a calibrated threshold.
+
+The lexical guards (engine/cache/guards.py) never serve a wrong answer but send most synonym paraphrases
+("sleep better" / "improve my sleep") to verification. The judge gets the hits that only the soft guards
+(key terms, word order) stopped; differing numbers or negation are never overruled. The cost is one short
+prefill of the judging model per judged hit, and only in direct mode.
+
+The cache stays model-agnostic: it receives ``judge(cached_prompt, new_prompt) -> bool``.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from engine.models import LoadedModel
+from engine.runner import ModelRunner
+
+INSTRUCTION = ("You check a cache of answers. Two user requests count as the same only if one answer would "
+               "correctly and fully answer both: same task, same subject, same programming language or tool, "
+               "same numbers, same direction. Wording, synonyms and word order do not matter. "
+               "Reply with Yes or No.")
+# Worked examples (none from the evaluation files): two of each, near-misses that differ in one detail.
+EXAMPLES = (
+    ("How can I lose weight quickly?", "What's the fastest way to shed some pounds?", "Yes"),
+    ("How do I open a file in C?", "How do I open a file in C++?", "No"),
+    ("Who painted the Mona Lisa?", "The Mona Lisa was painted by whom?", "Yes"),
+    ("How do I start a Docker container?", "How do I stop a Docker container?", "No"),
+)
+# P(yes) above which a model's verdict serves a hit, chosen from its P(yes) on the pairs of
+# ../shared/eval/paraphrases.jsonl and tests/data/paraphrases_heldout2.jsonl (README, "Direct mode"). A model
+# without an entry is never used as a judge: an uncalibrated verdict could serve a wrong answer.
+YES_THRESHOLDS = {"qwen2.5-coder-1.5b-instruct": 0.9, "qwen2.5-coder-0.5b-instruct": 0.7}
+
+
+def _ask(a: str, b: str) -> str:
+    return f"Request 1: {a}\nRequest 2: {b}\nWould one answer correctly serve both requests? Yes or No."
+
+
+def judge_messages(a: str, b: str) -> list[dict]:
+    shots = [m for x, y, verdict in EXAMPLES
+             for m in ({"role": "user", "content": _ask(x, y)}, {"role": "assistant", "content": verdict})]
+    return [{"role": "system", "content": INSTRUCTION}, *shots, {"role": "user", "content": _ask(a, b)}]
+
+
+def yes_probability(logits: torch.Tensor, yes_ids: list[int], no_ids: list[int]) -> float:
+    """P(yes) among the yes/no answer tokens, from next-token logits (vocab,)."""
+    both = torch.logsumexp(logits[yes_ids], 0), torch.logsumexp(logits[no_ids], 0)
+    return float(torch.softmax(torch.stack(both), 0)[0])
+
+
+def _answer_ids(tokenizer, words: tuple[str, ...]) -> list[int]:
+    ids = {tokenizer.encode(w, add_special_tokens=False)[0] for w in words}
+    return sorted(ids)
+
+
+@dataclass(frozen=True)
+class JudgeResult:
+    p_yes: float
+    same: bool
+
+
+class LLMJudge:
+    """``judge(a, b) -> bool`` backed by a loaded chat model. ``lock`` serialises it with generation.
+
+    The instruction and the worked examples are the same for every call: their KV cache stays in a
+    ModelRunner, so a call only prefills the two requests (one ``rollback`` to the shared prefix per call).
+    """
+
+    def __init__(self, loaded: LoadedModel, threshold: float, lock: threading.Lock | None = None):
+        self.loaded, self.threshold = loaded, float(threshold)
+        self._lock = lock or threading.Lock()
+        tok = loaded.tokenizer
+        self._yes = _answer_ids(tok, ("Yes", " Yes", "yes"))
+        self._no = _answer_ids(tok, ("No", " No", "no"))
+        self._runner = ModelRunner(loaded.model, loaded.vocab_size)
+        self._runner.trim_head(self._yes + self._no)  # only these logits are ever read
+
+    def probability(self, a: str, b: str) -> float:
+        tok = self.loaded.tokenizer
+        text = tok.apply_chat_template(judge_messages(a, b), tokenize=False, add_generation_prompt=True)
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        with self._lock:
+            keep = self._runner.reusable_prefix(ids)
+            self._runner.rollback(keep)
+            logits = self._runner.forward(ids[keep:], n_logits=1)[-1]  # (vocab,)
+        return yes_probability(logits, self._yes, self._no)
+
+    def result(self, a: str, b: str) -> JudgeResult:
+        p = self.probability(a, b)
+        return JudgeResult(p, p >= self.threshold)
+
+    def __call__(self, a: str, b: str) -> bool:
+        return self.result(a, b).same
+
+
+def judge_for(loaded: LoadedModel, lock: threading.Lock | None = None) -> LLMJudge | None:
+    """A judge backed by ``loaded`` at its calibrated threshold, or None for a model never calibrated."""
+    threshold = YES_THRESHOLDS.get(loaded.name)
+    return None if threshold is None else LLMJudge(loaded, threshold, lock)

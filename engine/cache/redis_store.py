@@ -1,0 +1,198 @@
+"""The shared cache store: a Redis server that many app instances read and write.
+
+Layout under a namespace ``ns`` (one per deployment; two teams can share a server without seeing each
+other's entries):
+
+- ``ns:e:<entry key>``: the record, JSON text (see :mod:`engine.cache.records`); TTL is Redis expiry
+- ``ns:order``: sorted set entry key -> time stored; beyond ``max_entries`` the oldest are evicted
+- ``ns:log``: a stream of changes (``op`` put/del/clear, ``key``), capped; each instance keeps the
+  embeddings in memory and applies the changes since the last id it saw (or reloads all after a gap)
+- ``ns:quarantine:<entry key>``: malformed records, moved aside for a person to look at
+
+Debian's Redis 7 has no vector search, so the similarity search stays an in-memory matmul in each instance.
+No call waits long on a dead server: 0.5 s socket timeouts, no retries inside redis-py, and after a failure
+every call fails at once (:class:`StoreUnavailable`) until ``retry_after_s`` has passed.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from engine.cache.backends import StoreUnavailable
+from engine.cache.records import BadRecord, decode_record, mask_url
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NAMESPACE = "speclens"
+DEFAULT_MAX_ENTRIES = 100_000
+SOCKET_TIMEOUT_S = 0.5
+RETRY_AFTER_S = 2.0
+LOG_MAXLEN = 10_000
+_CHUNK = 1000
+_NAMESPACE = re.compile(r"^[\w.-]{1,64}$")
+_EMPTY = "0-0"
+
+
+def _stream_id(token: str) -> tuple[int, int]:
+    ms, _, seq = str(token).partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class RedisStore:
+    """Cache records in Redis. See the module docstring."""
+
+    def __init__(self, url: str, namespace: str = DEFAULT_NAMESPACE, max_entries: int = DEFAULT_MAX_ENTRIES,
+                 retry_after_s: float = RETRY_AFTER_S, clock=time.monotonic):
+        if not _NAMESPACE.match(namespace):
+            raise ValueError(f"cache namespace must be 1-64 letters, digits, '_', '.', '-', got {namespace!r}")
+        if max_entries < 1:
+            raise ValueError("max_entries must be positive")
+        self.namespace, self.max_entries, self.retry_after_s = namespace, int(max_entries), float(retry_after_s)
+        self.location = f"{mask_url(url)} (namespace {namespace})"
+        self._secret = redis.connection.parse_url(url).get("password") or None
+        self._client = redis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT_S,
+                                            socket_connect_timeout=SOCKET_TIMEOUT_S, retry=Retry(NoBackoff(), 0),
+                                            retry_on_timeout=False, decode_responses=False)
+        self._clock, self._retry_at, self._down = clock, float("-inf"), ""
+
+    def _k(self, *parts: str) -> str:
+        return ":".join((self.namespace, *parts))
+
+    def _run(self, fn):
+        """fn(client); connection trouble -> StoreUnavailable, and fail fast until the back-off has passed."""
+        if self._clock() < self._retry_at:
+            raise StoreUnavailable(self._down)
+        try:
+            return fn(self._client)
+        except (redis.ConnectionError, redis.TimeoutError, redis.AuthenticationError, OSError) as err:
+            detail = f"{type(err).__name__}: {err}"
+            if self._secret:
+                detail = detail.replace(self._secret, "***")
+            self._down = f"Redis at {self.location} unreachable ({detail}); retrying every {self.retry_after_s:g} s"
+            self._retry_at = self._clock() + self.retry_after_s
+            raise StoreUnavailable(self._down) from err
+
+    def _decode(self, c, key: str, raw) -> dict | None:
+        if raw is None:
+            return None
+        try:
+            return decode_record(raw)
+        except BadRecord as err:
+            log.warning("semantic cache: malformed entry %s in %s moved aside: %s", key, self.location, err)
+            with c.pipeline() as p:
+                p.rename(self._k("e", key), self._k("quarantine", key)).zrem(self._k("order"), key)
+                p.execute(raise_on_error=False)
+            return None
+
+    # ---- the store verbs ---------------------------------------------------------------------------
+    def get(self, key: str) -> dict | None:
+        def read(c):
+            try:
+                raw = c.get(self._k("e", key))
+            except redis.ResponseError as err:  # WRONGTYPE: something that is not a string sits there
+                raw = f"<{err}>"
+            return self._decode(c, key, raw)
+        return self._run(read)
+
+    def put(self, key: str, text: str, ttl_s: float | None, after) -> None:
+        def write(c):
+            with c.pipeline() as p:
+                p.set(self._k("e", key), text, px=int(ttl_s * 1000) if ttl_s else None)
+                p.zadd(self._k("order"), {key: time.time()})
+                p.xadd(self._k("log"), {"op": "put", "key": key}, maxlen=LOG_MAXLEN, approximate=True)
+                p.zcard(self._k("order"))
+                size = p.execute()[-1]
+            if size > self.max_entries:
+                self._evict(c, size - self.max_entries)
+        self._run(write)
+        return None  # Redis does not tell whether another instance wrote in between: the log will
+
+    def _evict(self, c, n: int) -> None:
+        oldest = [_text(k) for k, _ in c.zpopmin(self._k("order"), n)]  # atomic: no two instances evict twice
+        with c.pipeline() as p:
+            for key in oldest:
+                p.delete(self._k("e", key))
+                p.xadd(self._k("log"), {"op": "del", "key": key}, maxlen=LOG_MAXLEN, approximate=True)
+            p.execute()
+
+    def delete(self, key: str, after) -> tuple[bool, None]:
+        def remove(c):
+            with c.pipeline() as p:
+                p.delete(self._k("e", key)).zrem(self._k("order"), key)
+                p.xadd(self._k("log"), {"op": "del", "key": key}, maxlen=LOG_MAXLEN, approximate=True)
+                existed = p.execute()[0]
+            return bool(existed), None
+        return self._run(remove)
+
+    def clear(self) -> None:
+        def wipe(c):
+            batch = []
+            for k in c.scan_iter(match=self._k("e", "*"), count=_CHUNK):
+                batch.append(k)
+                if len(batch) >= _CHUNK:
+                    c.delete(*batch)
+                    batch = []
+            if batch:
+                c.delete(*batch)
+            c.delete(self._k("order"))
+            c.xadd(self._k("log"), {"op": "clear", "key": ""}, maxlen=LOG_MAXLEN, approximate=True)
+        self._run(wipe)
+
+    def drop(self) -> None:
+        """Delete every key of this namespace, change log included (throw-away namespaces, e.g. evaluation)."""
+        def drop(c):
+            keys = list(c.scan_iter(match=self._k("*"), count=_CHUNK))
+            for i in range(0, len(keys), _CHUNK):
+                c.delete(*keys[i:i + _CHUNK])
+        self._run(drop)
+
+    def records(self):
+        def collect(c):
+            keys = [_text(k) for k in c.zrange(self._k("order"), 0, -1)]
+            out, gone = [], []
+            for i in range(0, len(keys), _CHUNK):
+                chunk = keys[i:i + _CHUNK]
+                for key, raw in zip(chunk, c.mget([self._k("e", k) for k in chunk])):
+                    rec = self._decode(c, key, raw)
+                    (out.append((key, rec)) if rec is not None else gone.append(key))
+            if gone:  # expired (TTL) or moved aside: drop them from the order too
+                c.zrem(self._k("order"), *gone)
+            return out
+        return iter(self._run(collect))
+
+    def count(self) -> int:
+        def count(c):
+            keys = [_text(k) for k in c.zrange(self._k("order"), 0, -1)]
+            return sum(c.exists(*[self._k("e", k) for k in keys[i:i + _CHUNK]]) for i in range(0, len(keys), _CHUNK))
+        return self._run(count)
+
+    def changes(self, since) -> tuple[str, list | None]:
+        """Changes after stream id ``since``; None (reload all) after a gap, a clear, or a restarted server."""
+        def read(c):
+            last = c.xrevrange(self._k("log"), count=1)
+            token = _text(last[0][0]) if last else _EMPTY
+            if since is None:
+                return token, None
+            if token == since:
+                return token, []
+            first = c.xrange(self._k("log"), count=1)
+            if not first or _stream_id(_text(first[0][0])) > _stream_id(since):
+                return token, None  # trimmed past what we saw, or the server lost its data
+            entries = c.xrange(self._k("log"), min=f"({since}", max=token, count=LOG_MAXLEN)
+            ops = [(_text(f.get(b"op", b"")), _text(f.get(b"key", b""))) for _, f in entries]
+            if any(op == "clear" for op, _ in ops):
+                return token, None
+            return token, ops
+        return self._run(read)
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,83 @@
+"""A real ``redis-server`` for the tests: started on a free local port, nothing saved to disk.
+
+Missing binary: the tests skip, unless SPECLENS_REQUIRE_REDIS=1 (CI), where they fail.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+STARTUP_S = 20
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def require_redis_binary() -> str:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        if os.environ.get("SPECLENS_REQUIRE_REDIS") == "1":
+            pytest.fail("redis-server is not installed and SPECLENS_REQUIRE_REDIS=1")
+        pytest.skip("redis-server is not installed (apt-get install redis-server); set SPECLENS_REQUIRE_REDIS=1 "
+                    "to make this a failure")
+    return binary
+
+
+def wait_until(condition, timeout_s: float, what: str, interval_s: float = 0.05):
+    """Poll ``condition()`` until it returns something truthy, or fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = condition()
+        if result:
+            return result
+        time.sleep(interval_s)
+    pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+
+
+class RedisServer:
+    """One redis-server process; ``stop()`` kills it, ``start()`` brings it back on the same port."""
+
+    def __init__(self, binary: str, password: str | None = None):
+        self.binary, self.password, self.port = binary, password, free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        if self.password:
+            args += ["--requirepass", self.password]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(self._accepts, STARTUP_S, f"redis-server on port {self.port}")
+        return self
+
+    def _accepts(self) -> bool:
+        if self.proc.poll() is not None:
+            pytest.fail(f"redis-server exited with {self.proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                return True
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def client(self):
+        import redis
+
+        return redis.Redis.from_url(self.url)

@@ -5,6 +5,7 @@ import json
 import time
 from dataclasses import dataclass, field
 
+from app.markdown_view import render_markdown
 from app.render import render_answer
 from engine.events import CacheEvent, DoneEvent, StatsEvent, TokenEvent
 
@@ -51,8 +52,10 @@ class Turn:
         return self.done.finish_reason if self.done is not None else None
 
     def html(self, streaming: bool = False) -> str:
-        """Always with the rejected draft tokens: the "show rejected" switch hides them with CSS."""
-        return render_answer(self.tokens, self.cache, self.finish_reason, True, streaming)
+        """Both views (Markdown and raw tokens), always with the rejected draft tokens: the "show rejected"
+        and "answer view" switches pick what shows with CSS."""
+        return render_answer(self.tokens, self.cache, self.finish_reason, True, streaming,
+                             markdown_html=render_markdown(self.tokens))
 
     def kind_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}

@@ -9,6 +9,7 @@ from app.settings import CACHE_MODES, UISettings, model_choices, proposer_names,
 from engine.config import MAX_K, MAX_NEW_TOKENS, PRECISIONS
 
 AUTO = "auto"
+ANSWER_VIEWS = ("rendered", "tokens")
 PRECISION_CHOICES = [AUTO, *PRECISIONS]
 
 
@@ -47,8 +48,10 @@ def create_decoding_panel() -> dict:
             seed = gr.Textbox("", label="seed (blank = random)", elem_id="seed", min_width=80, max_lines=1)
         show_rejected = gr.Checkbox(d.show_rejected, label="show rejected draft tokens (struck through)",
                                     elem_id="show-rejected")
+        answer_view = gr.Radio(list(ANSWER_VIEWS), value=ANSWER_VIEWS[0], label="answer view",
+                               elem_id="answer-view", info="rendered: Markdown with the colours; tokens: raw text")
     return dict(proposer=proposer, k=k, adaptive=adaptive, temperature=temperature, top_p=top_p,
-                max_new_tokens=max_new, seed=seed, show_rejected=show_rejected)
+                max_new_tokens=max_new, seed=seed, show_rejected=show_rejected, answer_view=answer_view)
 
 
 def create_cache_controls(engine) -> dict:

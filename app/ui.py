@@ -12,6 +12,7 @@ from app.components import (create_cache_controls, create_chat_panel, create_dec
                             create_stats_panel, settings_fields)
 from app.context import AppContext
 from app.examples import example_inputs, example_labels
+from app.markdown_view import pygments_css
 from app.pair import make_pair_handlers, pair_status_html
 from app.race import create_race_tab, make_race_handlers
 from app.stats_view import render_stats
@@ -73,15 +74,21 @@ def wire_chat(ctx: AppContext, e: dict) -> None:
                    api_visibility="private", show_progress="hidden")
 
 
+def view_classes(base: list[str], show_rejected: bool, answer_view: str) -> list[str]:
+    return base + ([] if show_rejected else ["hide-rejected"]) + (["view-tokens"] if answer_view == "tokens" else [])
+
+
 def wire_ghosts(e: dict) -> None:
-    """The "show rejected draft tokens" switch: a CSS class on the answer views, so it applies to old answers too."""
+    """The "show rejected draft tokens" and "answer view" switches: CSS classes on the answer views, so they
+    apply to old answers too."""
     base = {"chatbot": [], "race_target": ["race-answer"], "race_spec": ["race-answer"]}
     views = [e[name] for name in base]
 
-    def toggle(show: bool):
-        return [gr.update(elem_classes=classes + ([] if show else ["hide-rejected"])) for classes in base.values()]
+    def toggle(show: bool, answer_view: str):
+        return [gr.update(elem_classes=view_classes(classes, show, answer_view)) for classes in base.values()]
 
-    e["show_rejected"].change(toggle, [e["show_rejected"]], views, queue=False, api_visibility="private")
+    for switch in (e["show_rejected"], e["answer_view"]):
+        switch.change(toggle, [e["show_rejected"], e["answer_view"]], views, queue=False, api_visibility="private")
 
 
 def wire_race(ctx: AppContext, e: dict) -> None:
@@ -112,4 +119,5 @@ def wire_pair(ctx: AppContext, e: dict) -> None:
 
 def launch_kwargs() -> dict:
     """What ``demo.launch`` needs for the look (Gradio 6 takes theme and CSS at launch)."""
-    return dict(css_paths=[ASSETS / "style.css"], theme=gr.themes.Soft(primary_hue="indigo", neutral_hue="slate"))
+    return dict(css_paths=[ASSETS / "style.css"], css=pygments_css(),
+                theme=gr.themes.Soft(primary_hue="indigo", neutral_hue="slate"))

@@ -95,9 +95,13 @@ def wire_race(ctx: AppContext, e: dict) -> None:
     h = make_race_handlers(ctx, e)
     inputs = {*settings_fields(e).values(), e["race_prompt"]}
     outputs = [e[n] for n in ("race_summary", "race_target", "race_spec", "error_box")]
+    outputs += [e[n] for n in ("race_prove", "race_proof", "race_trace")]
     race = gr.on([e["race_prompt"].submit, e["race_run"].click], h["race"], inputs, outputs, api_name="race",
                  **ENGINE)
     e["race_stop"].click(h["race_stop"], None, None, cancels=[race], queue=False, api_visibility="private")
+    e["race_prove"].click(h["race_prove"], [e["race_trace"]], [e["race_proof"], e["race_trace"]],
+                          api_name="race_prove_fp32", show_progress_on=[e["race_proof"]], **ENGINE)
+    e["race_export"].click(h["race_export"], [e["race_trace"]], [e["race_trace_file"]], api_visibility="private")
 
 
 def wire_cache(ctx: AppContext, e: dict, tab) -> None:

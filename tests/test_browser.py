@@ -8,21 +8,16 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
+from tests.server import SMOL_PAIR, launched
+
 CHROMIUM = "/usr/bin/chromium"
-ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-PAIR = ["--target", "smollm2-135m-instruct", "--draft", "smollm2-135m-instruct", "--draft-precision", "nf4"]
-STARTUP_S = 300
+PAIR = SMOL_PAIR
 ANSWER_S = 120
 
 pytestmark = [
@@ -35,53 +30,10 @@ playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _link_models(cache_dir: Path) -> None:
-    """Reuse converted weights: <cache-dir>/models -> the normal cache root's models folder."""
-    from engine.catalog import cache_root
-
-    shared = cache_root() / "models"
-    shared.mkdir(parents=True, exist_ok=True)
-    (cache_dir / "models").symlink_to(shared, target_is_directory=True)
-
-
-def _wait_for_server(url: str, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"launch.py exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(1)
-    pytest.fail(f"launch.py did not serve {url} within {STARTUP_S} s:\n{log.read_text()[-3000:]}")
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    cache_dir = tmp_path_factory.mktemp("speclens-cache")
-    _link_models(cache_dir)
-    port, log = _free_port(), cache_dir / "launch.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "launch.py", "--no-browser", "--port", str(port), *PAIR,
-                                 "--cache-dir", str(cache_dir)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        _wait_for_server(url, proc, log)
+    with launched(tmp_path_factory.mktemp("speclens-cache"), *PAIR) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @pytest.fixture(scope="module")

@@ -44,13 +44,13 @@ class SourceText:
     def of(cls, tokens: list[TokenEvent]) -> "SourceText":
         chars: list[str] = []
         owner: list[int] = []
+        previous = ""
         for i, ev in enumerate(tokens):
             for ch in ev.text:
-                if ch == "\n" and chars and chars[-1] == "\r":
-                    chars[-1] = "\n"  # \r\n -> \n, owned by the token of the \r
-                    continue
-                chars.append("\n" if ch == "\r" else "\ufffd" if ch == "\0" else ch)
-                owner.append(i)
+                if not (ch == "\n" and previous == "\r"):  # \r\n -> one \n, owned by the token of the \r
+                    chars.append("\n" if ch == "\r" else "\ufffd" if ch == "\0" else ch)
+                    owner.append(i)
+                previous = ch
         text = "".join(chars)
         starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n"]
         return cls(text, tuple(owner), tuple(starts))

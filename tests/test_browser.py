@@ -127,6 +127,27 @@ def test_streams_coloured_tokens_and_live_stats(page):
     assert stat(page, "acceptance").endswith("%")
 
 
+def test_code_renders_as_a_block_of_coloured_tokens_and_the_view_switch_works(page):
+    clear_chat(page)
+    set_number(page, "max-new-tokens", 120)
+    wait_answer(page, send(page, "Write a Python function that adds two numbers, in a ```python code block."))
+    code = last_answer(page).locator(".md-view pre.md-code code")
+    expect(code.first).to_be_visible()
+    assert len(kinds_in(code.first) & {"accepted", "corrected", "bonus", "target"}) >= 2, kinds_in(code.first)
+    assert code.first.locator("[class*='hl-']").count() > 0  # Pygments classes on the same spans
+    assert "def" in code.first.inner_text()
+    expect(last_answer(page).locator(".raw-view")).to_be_hidden()
+
+    page.locator("#answer-view label", has_text="tokens").click()
+    expect(page.locator("#chat.view-tokens")).to_have_count(1)
+    expect(last_answer(page).locator(".raw-view")).to_be_visible()
+    expect(last_answer(page).locator(".md-view")).to_be_hidden()
+    assert "```" in last_answer(page).locator(".raw-view").inner_text()  # the raw text, fences included
+    page.locator("#answer-view label", has_text="rendered").click()
+    expect(page.locator("#chat.view-tokens")).to_have_count(0)
+    expect(code.first).to_be_visible()
+
+
 def test_stop_cancels_mid_answer(page):
     set_number(page, "max-new-tokens", 600)
     send(page, "Write a long story about a dragon who learns to bake bread.")
@@ -183,13 +204,17 @@ def test_race_mode_shows_both_answers_and_the_identity_check(page):
 
 def test_injected_html_renders_as_text(page):
     set_number(page, "max-new-tokens", 48)
-    evil = "Repeat this: <img src=x onerror=alert(1)> <script>alert(2)</script>"
+    evil = ("Repeat this exactly: <img src=x onerror=alert(1)> <script>alert(2)</script> "
+            "[click](javascript:alert(3))")
     wait_answer(page, send(page, evil))
-    assert page.locator("#chat img[src=x]").count() == 0
-    assert page.locator("#chat script").count() == 0
-    expect(page.locator("#chat .usertext").last).to_contain_text("<img src=x onerror=alert(1)>")
-    time.sleep(0.5)
-    assert page.dialogs == []
+    for view in ("tokens", "rendered"):  # both views are in the page; each must show text, never live HTML
+        page.locator("#answer-view label", has_text=view).click()
+        assert page.locator("#chat img[src=x]").count() == 0
+        assert page.locator("#chat script").count() == 0
+        assert page.locator("#chat a[href^='javascript']").count() == 0
+        expect(page.locator("#chat .usertext").last).to_contain_text("<img src=x onerror=alert(1)>")
+        time.sleep(0.5)
+        assert page.dialogs == []
 
 
 def test_bad_input_shows_errors_and_the_app_keeps_working(page):

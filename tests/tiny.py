@@ -21,6 +21,10 @@ class ByteTokenizer:
     def get_vocab(self):
         return {chr(48 + i): i for i in range(VOCAB)}
 
+    def __call__(self, text, add_special_tokens=False):
+        """Any text -> ids 1..VOCAB-1 (so the engine's chat path works on tiny models)."""
+        return {"input_ids": [1 + ord(c) % (VOCAB - 1) for c in text]}
+
     def decode(self, ids, skip_special_tokens=True, clean_up_tokenization_spaces=False):
         return "".join(chr(48 + i) for i in ids if not (skip_special_tokens and i == 0))
 

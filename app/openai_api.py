@@ -45,12 +45,12 @@ def _settings(req: ChatCompletionRequest) -> UISettings:
 
 def _start(ctx: AppContext, req: ChatCompletionRequest, cancel: threading.Event):
     """Check the request and pull the engine's first event, so bad input fails before any response starts."""
-    messages, s = engine_messages(req), _settings(req)
+    messages, s, release = engine_messages(req), _settings(req), Release(stop_strings(req))
     sampling = sampling_config(s)
     prompt_tokens = len(ctx.engine.encode(messages, sampling))
     events = ctx.engine.generate(messages, sampling, spec_config(s), cancel=cancel, **cache_options(ctx.engine, s))
     first = next(events)
-    return prompt_tokens, first, events
+    return prompt_tokens, release, first, events
 
 
 def _model(ctx: AppContext) -> str:
@@ -61,8 +61,8 @@ def _model(ctx: AppContext) -> str:
 def run_completion(ctx: AppContext, req: ChatCompletionRequest) -> dict:
     """A whole answer as one chat.completion body."""
     cancel = threading.Event()
-    prompt_tokens, first, events = _start(ctx, req, cancel)
-    release, speculation, cache, done = Release(stop_strings(req)), [], None, None
+    prompt_tokens, release, first, events = _start(ctx, req, cancel)
+    speculation, cache, done = [], None, None
     for event in _chain(first, events):
         if event.type == "token":
             speculation += release.add(event)[1]
@@ -101,14 +101,14 @@ def _sse(body: dict) -> str:
 async def stream_completion(ctx: AppContext, req: ChatCompletionRequest):
     """Server-sent chat.completion.chunk events, then ``data: [DONE]``. A client that goes away cancels."""
     cancel = threading.Event()
-    prompt_tokens, first, events = await run_in_threadpool(_start, ctx, req, cancel)
-    cid, model, release = new_id(), _model(ctx), Release(stop_strings(req))
+    prompt_tokens, release, first, events = await run_in_threadpool(_start, ctx, req, cancel)
+    cid, model = new_id(), _model(ctx)
     cache = first.to_dict() if first.type == "cache" else None
     handoff: queue.Queue = queue.Queue()
-    threading.Thread(target=_pump, args=(_chain(first, events), handoff), daemon=True).start()
 
     async def body():
         n_tokens, done = 0, None
+        threading.Thread(target=_pump, args=(_chain(first, events), handoff), daemon=True).start()
         try:
             yield _sse(chunk_body(cid, model, {"role": "assistant", "content": ""}, cache=cache))
             while (event := await run_in_threadpool(handoff.get)) is not _END:

@@ -131,6 +131,7 @@ def test_models_list_the_loaded_pair():
     ({"model": "tgt", "messages": [{"role": "user", "content": "  "}]}, 400, None),  # the engine: empty prompt
     (ask(temperature=9), 400, None),  # the engine's SamplingConfig: out of range
     (ask(n=2), 400, None),
+    (ask(stop=["a", "b", "c", "d", "e"]), 400, None),
     ({"model": "tgt", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, None),
 ])
 def test_bad_requests_get_openai_error_json(payload, status, param):

@@ -442,3 +442,36 @@ def test_fp32_proof_says_identical_with_timing_or_the_honest_result():
     bad = {**ok, "identical": False, "divergence": div_dict(margin=2.0, within=False)}
     assert "still different in fp32" in proof_html(bad) and "bug" in proof_html(bad)
     assert_inert(proof_html(bad))
+
+
+class RaceEngine(FakeEngine):
+    """A race whose answers differ at token 1, explained as a tie, and an fp32 proof."""
+
+    def explain_divergence(self, messages, sampling, reference_ids, other_ids):
+        self.explained = (reference_ids, other_ids)
+        d = div_dict()
+        return SimpleNamespace(**{k: v for k, v in d.items() if k != "within_rounding"}, within_rounding=True,
+                               to_dict=lambda: d)
+
+    def prove_fp32(self, messages, sampling, spec):
+        self.proved = (messages, sampling.greedy, spec.k)
+        return SimpleNamespace(identical=True, n_tokens=2, divergence=None, seconds=1.25, load_seconds=0.0,
+                               to_dict=lambda: {"identical": True})
+
+
+def test_race_explains_the_divergence_and_proves_it(tmp_path):
+    from app.race import prove_race, run_race
+    elems = {n: n for n in ("error_box", "race_summary", "race_target", "race_spec", "race_prove", "race_proof",
+                            "race_trace")}
+    engine = RaceEngine([CacheEvent("off"), tok("a"), tok("c", "corrected"), stats(), done((1, 3))])
+    ctx = AppContext(engine, BaselineStore(tmp_path / "b.json"))
+    last = list(run_race(ctx, elems, "q", UISettings(k=3), "s1"))[-1]
+    assert engine.explained == ([1], [1, 3])  # the FakeEngine's reference answer is (1,)
+    assert "tie within bf16 rounding" in last["race_summary"] and "token 12" in last["race_summary"]
+    assert last["race_prove"]["visible"] is True
+    trace = last["race_trace"]
+    assert trace["divergence"]["position"] == 12 and "not a speculation error" in trace["divergence"]["explanation"]
+    proved = prove_race(ctx, elems, trace)
+    assert "✓ identical in fp32" in proved["race_proof"] and engine.proved == ([{"role": "user", "content": "q"}],
+                                                                                   True, 3)
+    assert proved["race_trace"]["fp32_proof"] == {"identical": True}

@@ -90,7 +90,7 @@ def last_answer(page):
 
 def kinds_in(locator) -> set[str]:
     classes = locator.locator(".tok").evaluate_all("els => els.map(e => e.className)")
-    return {c.split("tok-")[-1] for c in classes if c.startswith("tok tok-")}
+    return {c.split()[1][len("tok-"):] for c in classes if c.startswith("tok tok-")}  # code adds Pygments classes
 
 
 def stat(page, label: str) -> str:

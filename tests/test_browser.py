@@ -155,9 +155,10 @@ def test_stop_cancels_mid_answer(page):
                            timeout=ANSWER_S * 1000)
     page.click("#stop")
     expect(page.locator("#chat .finish-note").last).to_contain_text("stopped by you", timeout=30_000)
-    n = last_answer(page).locator(".tok:not(.tok-rejected)").count()
+    tokens = last_answer(page).locator(".raw-view .tok:not(.tok-rejected)")  # one span per token there
+    n = tokens.count()
     time.sleep(1.5)
-    assert last_answer(page).locator(".tok:not(.tok-rejected)").count() == n < 600
+    assert tokens.count() == n < 600
     expect(page.locator("#stats .run-status")).to_contain_text("stopped")
 
 
@@ -204,8 +205,7 @@ def test_race_mode_shows_both_answers_and_the_identity_check(page):
 
 def test_injected_html_renders_as_text(page):
     set_number(page, "max-new-tokens", 48)
-    evil = ("Repeat this exactly: <img src=x onerror=alert(1)> <script>alert(2)</script> "
-            "[click](javascript:alert(3))")
+    evil = "Repeat this: <img src=x onerror=alert(1)> <script>alert(2)</script>"  # later tests' history
     wait_answer(page, send(page, evil))
     for view in ("tokens", "rendered"):  # both views are in the page; each must show text, never live HTML
         page.locator("#answer-view label", has_text=view).click()

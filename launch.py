@@ -12,7 +12,12 @@ import threading
 import time
 import webbrowser
 
-from engine.config import PRECISIONS  # a plain module: no torch, so --help stays instant
+# A local app calls nobody: no Gradio analytics or version check, no Hugging Face telemetry. Set before any
+# gradio import (app/ui.py also builds its Blocks with analytics_enabled=False).
+os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+from engine.config import PRECISIONS  # noqa: E402  (a plain module: no torch, so --help stays instant)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -72,10 +77,24 @@ def load_engine(args: argparse.Namespace):
     return engine
 
 
+def cache_dir_problem(path: str) -> str | None:
+    """Why ``path`` cannot be the cache directory, or None. A read-only one is fine: the app then keeps its
+    measurements in memory and runs without the semantic cache."""
+    existing = path
+    while not os.path.exists(existing):  # the nearest part of the path that exists (missing ones get created)
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"--cache-dir {path}: {existing} is a file, not a directory; pass a directory (created if missing)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.cache_dir:
-        os.environ["SPECLENS_CACHE_DIR"] = os.path.abspath(os.path.expanduser(args.cache_dir))
+        cache_dir = os.path.abspath(os.path.expanduser(args.cache_dir))
+        if problem := cache_dir_problem(cache_dir):
+            sys.exit(f"[speclens] {problem}")
+        os.environ["SPECLENS_CACHE_DIR"] = cache_dir
     engine = load_engine(args)
 
     import uvicorn

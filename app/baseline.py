@@ -5,12 +5,16 @@ The break-even meter divides the speculative tokens/s by this number.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from pathlib import Path
 
 from engine.catalog import cache_root
 from engine.config import SamplingConfig
+from engine.events import final_done
+
+log = logging.getLogger(__name__)
 
 BASELINE_PROMPT = "List the numbers from one to forty in words, separated by commas."
 BASELINE_TOKENS = 32
@@ -28,11 +32,17 @@ def baseline_key(info) -> str:
 
 
 class BaselineStore:
-    """A JSON file of measurements keyed by ``baseline_key``. Thread-safe; survives restarts."""
+    """A JSON file of measurements keyed by ``baseline_key``. Thread-safe; survives restarts.
+
+    When the file cannot be written (a read-only cache directory), measurements are kept in memory for this
+    run and ``write_error`` says why.
+    """
 
     def __init__(self, path: Path | None = None):
         self.path = Path(path) if path else baseline_path()
         self._lock = threading.Lock()
+        self._memory: dict[str, dict] = {}
+        self.write_error: str | None = None
 
     def _read(self) -> dict:
         try:
@@ -42,25 +52,26 @@ class BaselineStore:
 
     def get(self, key: str) -> dict | None:
         with self._lock:
-            return self._read().get(key)
+            return self._memory.get(key) or self._read().get(key)
 
     def put(self, key: str, record: dict) -> None:
         with self._lock:
-            data = self._read()
-            data[key] = record
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-            tmp.replace(self.path)
+            self._memory[key] = record
+            data = {**self._read(), **self._memory}
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = self.path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
+                tmp.replace(self.path)
+            except OSError as err:
+                self.write_error = (f"could not save the measured speed to {self.path} ({err.strerror or err}); "
+                                    "it is kept in memory until the app stops")
+                log.warning(self.write_error)
 
 
 def _run_reference(engine, n_tokens: int):
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=n_tokens, stop_on_eos=False)
-    done = None
-    for event in engine.generate_reference([{"role": "user", "content": BASELINE_PROMPT}], sampling):
-        if event.type == "done":
-            done = event
-    return done
+    return final_done(engine.generate_reference([{"role": "user", "content": BASELINE_PROMPT}], sampling))
 
 
 def measure_baseline(engine) -> dict:

@@ -10,6 +10,7 @@ import time
 import gradio as gr
 import pandas as pd
 
+from app import toast
 from app.render import esc
 
 RECENT = 50
@@ -85,17 +86,17 @@ def make_cache_handlers(engine) -> dict:
     def delete(key: str | None):
         cache = getattr(engine, "cache", None)
         if cache is None or not key:
-            gr.Warning("pick an entry to delete")
+            toast.warn("pick an entry to delete")
         else:
             cache.delete(key)
-            gr.Info("entry deleted")
+            toast.info("entry deleted")
         return cache_view(engine)
 
     def clear():
         cache = getattr(engine, "cache", None)
         if cache is not None:
             cache.clear()
-            gr.Info("cache cleared")
+            toast.info("cache cleared")
         return cache_view(engine)
 
     return dict(refresh=refresh, delete=delete, clear=clear)

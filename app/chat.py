@@ -9,20 +9,20 @@ from itertools import chain
 
 import gradio as gr
 
+from app import toast
 from app.components import read_settings
 from app.context import AppContext, session_id
-from app.render import error_html, info_html, render_user
-from app.settings import UISettings, cache_options, sampling_config, spec_config
+from app.render import error_html, error_message, info_html, render_user
+from app.settings import UISettings, cache_config, sampling_config, spec_config
 from app.stats_view import acceptance_frame, render_stats, speedup_frame
 from app.turn import Turn, trace_document, write_trace
-from engine.errors import EngineError
 
 PLOT_EVERY_S = 1.0  # plots redraw at most this often while streaming; the numbers update every step
 
 
-def _fail(ctx: AppContext, elems: dict, err: Exception) -> dict:
-    message = str(err) if isinstance(err, EngineError) else f"unexpected error: {type(err).__name__}: {err}"
-    gr.Warning(message)
+def _fail(elems: dict, err: Exception) -> dict:
+    message = error_message(err)
+    toast.warn(message)
     return {elems["error_box"]: error_html(message)}
 
 
@@ -30,21 +30,34 @@ def _start(ctx: AppContext, messages: list[dict], s: UISettings, flag):
     """Build configs and pull the first event, so bad input fails here, before the chat changes."""
     sampling, spec = sampling_config(s), spec_config(s)
     if ctx.baseline() is None and ctx.pair() is not None:
-        ctx.ensure_baseline()  # measured once per pair, before generate takes the engine lock
-    events = ctx.engine.generate(messages, sampling, spec, cancel=flag, **cache_options(ctx.engine, s))
+        ctx.ensure_baseline()  # measured once per pair (the engine holds no lock between steps: any order works)
+    events = ctx.engine.generate(messages, sampling, spec, cache=cache_config(s), cancel=flag)
     first = next(events, None)
     return events, ([] if first is None else [first])
 
 
-def stream_answer(ctx: AppContext, elems: dict, history: list[dict], shown: list, prompt: str, s: UISettings,
-                  session: str):
-    """Generator of component updates: the answer to ``prompt`` streamed into the chat, stats and plots."""
+def stream_answer(ctx: AppContext, elems: dict, *, history: list[dict], shown: list, prompt: str,
+                  settings: UISettings, session: str):
+    """Generator of component updates: the answer to ``prompt`` streamed into the chat, stats and plots.
+
+    Closing it (the Stop button's ``cancels=``, a closed tab) sets the engine's cancel flag: generation
+    stops at its next step.
+    """
     flag = ctx.cancels.new(session)
+    try:
+        yield from _stream_answer(ctx, elems, history=history, shown=shown, prompt=prompt, s=settings,
+                                  session=session, flag=flag)
+    finally:
+        flag.set()
+
+
+def _stream_answer(ctx: AppContext, elems: dict, *, history: list[dict], shown: list, prompt: str,
+                   s: UISettings, session: str, flag):
     messages = [*history, {"role": "user", "content": prompt}]
     try:
         events, head = _start(ctx, messages, s, flag)
     except Exception as err:  # EngineError: bad input; anything else: still keep the app alive
-        yield _fail(ctx, elems, err)
+        yield _fail(elems, err)
         return
     turn, baseline, last_plot = Turn(), ctx.baseline(), 0.0
     doc = trace_document(turn, messages, ctx.pair(), s.to_dict())
@@ -81,18 +94,19 @@ def make_handlers(ctx: AppContext, elems: dict) -> dict:
 
     def send(data: dict, request: gr.Request):
         s = read_settings(elems, data)
-        yield from stream_answer(ctx, elems, data[elems["history"]] or [], data[elems["shown"]] or [],
-                                 data[elems["msg"]] or "", s, session_id(request))
+        yield from stream_answer(ctx, elems, history=data[elems["history"]] or [], shown=data[elems["shown"]] or [],
+                                 prompt=data[elems["msg"]] or "", settings=s, session=session_id(request))
 
     def regenerate(data: dict, request: gr.Request):
         history, shown = data[elems["history"]] or [], data[elems["shown"]] or []
         if len(history) < 2 or history[-1]["role"] != "assistant":
-            gr.Warning("nothing to regenerate yet: send a message first")
+            toast.warn("nothing to regenerate yet: send a message first")
             yield {elems["error_box"]: error_html("nothing to regenerate yet: send a message first")}
             return
         prompt = history[-2]["content"]
         fresh = replace(read_settings(elems, data), cache_enabled=False)  # a new answer, not the cached one
-        yield from stream_answer(ctx, elems, history[:-2], shown[:-2], prompt, fresh, session_id(request))
+        yield from stream_answer(ctx, elems, history=history[:-2], shown=shown[:-2], prompt=prompt, settings=fresh,
+                                 session=session_id(request))
 
     def stop(shown: list, trace: dict, request: gr.Request):
         ctx.cancels.cancel(session_id(request))  # the engine stops at its next step; cancels= ends the stream
@@ -111,7 +125,7 @@ def make_handlers(ctx: AppContext, elems: dict) -> dict:
 
     def export(trace: dict):
         if not trace or not trace.get("events"):
-            gr.Warning("no answer to export yet")
+            toast.warn("no answer to export yet")
             return gr.update(value=None, visible=False)
         path = tempfile.NamedTemporaryFile(prefix="speclens-trace-", suffix=".json", delete=False).name
         return gr.update(value=write_trace(trace, path), visible=True)

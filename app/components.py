@@ -5,10 +5,9 @@ import gradio as gr
 
 from app.render import legend_html
 from app.stats_view import SERIES_COLORS
-from app.settings import CACHE_MODES, UISettings, model_choices, proposer_names, supports_cache
-from engine.config import MAX_K, MAX_NEW_TOKENS, PRECISIONS
+from app.settings import UISettings, model_choices
+from engine.config import AUTO, CACHE_MODES, MAX_K, MAX_NEW_TOKENS, PRECISIONS, PROPOSER_NAMES
 
-AUTO = "auto"
 ANSWER_VIEWS = ("rendered", "tokens")
 PRECISION_CHOICES = [AUTO, *PRECISIONS]
 
@@ -35,7 +34,7 @@ def create_model_panel(pair: dict | None) -> dict:
 def create_decoding_panel() -> dict:
     d = UISettings()
     with gr.Accordion("Decoding", open=True):
-        proposer = gr.Dropdown(proposer_names(), value=d.proposer, label="Proposer", elem_id="proposer")
+        proposer = gr.Dropdown(list(PROPOSER_NAMES), value=d.proposer, label="Proposer", elem_id="proposer")
         with gr.Row():
             k = gr.Number(d.k, precision=0, label=f"k (draft length, 1–{MAX_K})", elem_id="k", min_width=80)
             adaptive = gr.Checkbox(d.adaptive, label="adaptive k", elem_id="adaptive")
@@ -56,14 +55,14 @@ def create_decoding_panel() -> dict:
 
 def create_cache_controls(engine) -> dict:
     d = UISettings()
-    available = supports_cache(engine)
+    available = getattr(engine, "cache", None) is not None
     threshold_value = float(getattr(getattr(engine, "cache", None), "threshold", d.cache_threshold))
     with gr.Accordion("Semantic cache", open=True):
         note = gr.Markdown("" if available else "*The semantic cache is not available (see the launch log).*")
         enabled = gr.Checkbox(d.cache_enabled and available, label="use the cache", interactive=available,
                               elem_id="cache-enabled")
-        mode = gr.Radio(list(CACHE_MODES), value=d.cache_mode, label="mode", interactive=available,
-                        elem_id="cache-mode",
+        mode = gr.Radio([m for m in CACHE_MODES if m != "off"], value=d.cache_mode, label="mode",
+                        interactive=available, elem_id="cache-mode",  # "off" is the checkbox above
                         info="verify: the target checks a cached answer as a draft; direct: serve it as is")
         threshold = gr.Slider(0.5, 1.0, threshold_value, step=0.01, label="similarity threshold",
                               interactive=available, elem_id="cache-threshold")

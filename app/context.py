@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from app.baseline import BaselineStore, baseline_key, get_or_measure
+from engine.errors import NoPairError
 
 MAX_SESSIONS = 256
 
@@ -55,7 +56,7 @@ class AppContext:
     def pair(self) -> dict | None:
         try:
             info = self.engine.info()
-        except Exception:  # no pair loaded yet
+        except NoPairError:
             return None
         return {"target": info.target, "draft": info.draft, "target_precision": info.target_precision,
                 "draft_precision": info.draft_precision, "device": info.device}
@@ -64,7 +65,7 @@ class AppContext:
         """The cached target-only measurement for the loaded pair, or None (never measures)."""
         try:
             return self.baselines.get(baseline_key(self.engine.info()))
-        except Exception:
+        except NoPairError:
             return None
 
     def ensure_baseline(self, remeasure: bool = False) -> dict:

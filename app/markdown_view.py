@@ -64,7 +64,6 @@ class _Writer:
     """Turns shown text pieces into token spans; remembers which tokens already showed their ghost."""
     source: SourceText
     tokens: list[TokenEvent]
-    show_rejected: bool
     cursor: int = 0  # where the next piece is looked for
     end: int = 0  # the current block's end offset
     ghosted: set[int] = field(default_factory=set)
@@ -108,7 +107,7 @@ class _Writer:
         ghost = ""
         if index not in self.ghosted:
             self.ghosted.add(index)
-            if self.show_rejected and ev.kind == "corrected" and ev.rejected_text:
+            if ev.kind == "corrected" and ev.rejected_text:  # the "show rejected" switch hides it with CSS
                 ghost = (f'<span class="tok tok-rejected" title="{esc("rejected draft token")}">'
                          f"{esc_text(ev.rejected_text)}</span>")
         if index not in self.titles:
@@ -186,10 +185,10 @@ def _block_tag(t) -> str:
     return f"<{'/' if t.nesting < 0 else ''}{t.tag}>"
 
 
-def render_markdown(tokens: list[TokenEvent], show_rejected: bool = True) -> str:
+def render_markdown(tokens: list[TokenEvent]) -> str:
     """The tokens' text as Markdown HTML, each shown character inside its token's coloured span."""
     source = SourceText.of(tokens)
-    w = _Writer(source, tokens, show_rejected)
+    w = _Writer(source, tokens)
     out = []
     for t in MD.parse(source.text):
         base = t.type.rsplit("_", 1)[0]

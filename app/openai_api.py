@@ -23,7 +23,7 @@ from app.context import AppContext
 from app.openai_format import (DEFAULT_MAX_TOKENS, FINISH, ChatCompletionRequest, Release, chunk_body,
                                completion_body, engine_messages, error_body, new_id, stop_strings, usage,
                                validation_error_body)
-from app.settings import UISettings, cache_options, sampling_config, spec_config
+from app.settings import UISettings, cache_config, sampling_config, spec_config
 from engine.errors import EngineError
 
 _END = object()
@@ -47,8 +47,8 @@ def _start(ctx: AppContext, req: ChatCompletionRequest, cancel: threading.Event)
     """Check the request and pull the engine's first event, so bad input fails before any response starts."""
     messages, s, release = engine_messages(req), _settings(req), Release(stop_strings(req))
     sampling = sampling_config(s)
-    prompt_tokens = len(ctx.engine.encode(messages, sampling))
-    events = ctx.engine.generate(messages, sampling, spec_config(s), cancel=cancel, **cache_options(ctx.engine, s))
+    prompt_tokens = len(ctx.engine.encode(messages))
+    events = ctx.engine.generate(messages, sampling, spec_config(s), cache=cache_config(s), cancel=cancel)
     first = next(events)
     return prompt_tokens, release, first, events
 

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import gradio as gr
 
+from app import toast
 from app.context import AppContext
-from app.render import error_html, esc
+from app.render import error_html, error_message, esc
 from app.stats_view import render_stats
-from engine.errors import EngineError
-
-AUTO = "auto"
+from engine.config import AUTO
 
 
 def pair_status_html(pair: dict | None, baseline: dict | None = None, note: str = "") -> str:
@@ -36,14 +35,14 @@ def make_pair_handlers(ctx: AppContext, elems: dict) -> dict:
             ctx.engine.load_pair((target or "").strip(), (draft or "").strip(),
                                  _precision(target_precision), _precision(draft_precision))
         except Exception as err:  # EngineError: a readable message; anything else: still keep the old pair
-            message = str(err) if isinstance(err, EngineError) else f"{type(err).__name__}: {err}"
-            gr.Warning(f"Could not load the pair: {message}")
+            message = error_message(err)
+            toast.warn(f"Could not load the pair: {message}")
             note = "The previous pair is still loaded." if ctx.pair() else ""
             return {elems["pair_status"]: pair_status_html(ctx.pair(), ctx.baseline(), note),
                     elems["error_box"]: error_html(f"Could not load the pair: {message}")}
         progress(0.85, desc="Measuring the target-only speed (once per target and precision)…")
         baseline = ctx.ensure_baseline()
-        gr.Info("Pair loaded.")
+        toast.info("Pair loaded.")
         return {elems["pair_status"]: pair_status_html(ctx.pair(), baseline),
                 elems["error_box"]: error_html(None),
                 elems["stats"]: render_stats(None, None, baseline)}

@@ -6,13 +6,14 @@ import tempfile
 
 import gradio as gr
 
+from app import toast
 from app.components import read_settings
 from app.context import AppContext, session_id
 from app.divergence_view import divergence_html, proof_html
-from app.render import error_html
-from app.settings import UISettings, cache_options, sampling_config, spec_config
+from app.render import error_html, error_message
+from app.settings import UISettings, sampling_config, spec_config
 from app.turn import Turn, trace_document, write_trace
-from engine.errors import EngineError
+from engine.config import CACHE_OFF
 
 
 def create_race_tab() -> dict:
@@ -103,13 +104,21 @@ def race_trace(ref: Turn, spec: Turn, messages: list[dict], pair: dict | None, s
 
 
 def run_race(ctx: AppContext, elems: dict, prompt: str, s: UISettings, session: str):
+    """Both runs, streamed; closing this generator (Stop, a closed tab) stops the engine at its next step."""
     flag = ctx.cancels.new(session)
+    try:
+        yield from _race(ctx, elems, prompt, s, session, flag)
+    finally:
+        flag.set()
+
+
+def _race(ctx: AppContext, elems: dict, prompt: str, s: UISettings, session: str, flag):
     messages = [{"role": "user", "content": prompt}]
     try:
         sampling, spec_cfg, ref_events, first = _start_reference(ctx, messages, s, flag)
     except Exception as err:
-        message = str(err) if isinstance(err, EngineError) else f"unexpected error: {type(err).__name__}: {err}"
-        gr.Warning(message)
+        message = error_message(err)
+        toast.warn(message)
         yield {elems["error_box"]: error_html(message), elems["race_summary"]: error_html(message)}
         return
     ref, spec = Turn(), Turn()
@@ -121,8 +130,7 @@ def run_race(ctx: AppContext, elems: dict, prompt: str, s: UISettings, session: 
         yield from _pump(ref_events, ref, elems["race_target"])
         if not flag.is_set():
             yield {elems["race_summary"]: '<div class="race-summary">Running speculative decoding…</div>'}
-            spec_events = ctx.engine.generate(messages, sampling, spec_cfg, cancel=flag,
-                                              **cache_options(ctx.engine, s, off=True))
+            spec_events = ctx.engine.generate(messages, sampling, spec_cfg, cache=CACHE_OFF, cancel=flag)
             yield from _pump(spec_events, spec, elems["race_spec"])
         divergence = _explain(ctx, messages, sampling, ref, spec)
         yield {elems["race_summary"]: race_summary(ref, spec, sampling.greedy, divergence),
@@ -137,8 +145,8 @@ def prove_race(ctx: AppContext, elems: dict, trace: dict):
     s = UISettings(**trace["settings"])
     try:
         proof = ctx.engine.prove_fp32(trace["messages"], sampling_config(s), spec_config(s))
-    except EngineError as err:
-        return {elems["race_proof"]: error_html(str(err))}
+    except Exception as err:  # EngineError: a readable message; anything else: still keep the app alive
+        return {elems["race_proof"]: error_html(error_message(err))}
     return {elems["race_proof"]: proof_html(proof), elems["race_trace"]: {**trace, "fp32_proof": proof.to_dict()}}
 
 
@@ -155,7 +163,7 @@ def make_race_handlers(ctx: AppContext, elems: dict) -> dict:
 
     def export(trace: dict):
         if not trace or not trace.get("events"):
-            gr.Warning("no race to export yet")
+            toast.warn("no race to export yet")
             return gr.update(value=None, visible=False)
         path = tempfile.NamedTemporaryFile(prefix="speclens-race-", suffix=".json", delete=False).name
         return gr.update(value=write_trace(trace, path), visible=True)

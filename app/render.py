@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 
+from engine.errors import EngineError
 from engine.events import TOKEN_KINDS, CacheEvent, TokenEvent
 
 KIND_HELP = {
@@ -54,19 +55,20 @@ def kind_class(kind: str) -> str:
     return f"tok tok-{safe}"
 
 
-def render_token(ev: TokenEvent, show_rejected: bool = True) -> str:
-    """One token as a coloured span; a corrected token may be preceded by its struck-through draft."""
+def render_token(ev: TokenEvent) -> str:
+    """One token as a coloured span; a corrected token comes after its struck-through draft token (the
+    "show rejected" switch hides those with CSS)."""
     if not ev.text:  # an incomplete multi-byte character: its text arrives with a later token
         return ""
     ghost = ""
-    if show_rejected and ev.kind == "corrected" and ev.rejected_text:
+    if ev.kind == "corrected" and ev.rejected_text:
         ghost = (f'<span class="tok tok-rejected" title="{esc("rejected draft token")}">'
                  f"{esc_text(ev.rejected_text)}</span>")
     return f'{ghost}<span class="{kind_class(ev.kind)}" title="{esc(token_title(ev))}">{esc_text(ev.text)}</span>'
 
 
-def render_tokens(tokens: list[TokenEvent], show_rejected: bool = True) -> str:
-    return "".join(render_token(ev, show_rejected) for ev in tokens)
+def render_tokens(tokens: list[TokenEvent]) -> str:
+    return "".join(render_token(ev) for ev in tokens)
 
 
 def render_cache_note(cache: CacheEvent | None) -> str:
@@ -87,13 +89,13 @@ def render_finish(finish_reason: str | None) -> str:
 
 
 def render_answer(tokens: list[TokenEvent], cache: CacheEvent | None = None, finish_reason: str | None = None,
-                  show_rejected: bool = True, streaming: bool = False, markdown_html: str | None = None) -> str:
+                  streaming: bool = False, markdown_html: str | None = None) -> str:
     """The assistant message: cache note, coloured tokens, and why it stopped.
 
     With ``markdown_html`` (app.markdown_view) the message holds both views, the rendered Markdown and the raw
     tokens; CSS shows one of them (the "view-tokens" class on the chat switches to the raw tokens)."""
     wait = '<span class="tok-wait">…</span>'
-    body = render_tokens(tokens, show_rejected) or wait
+    body = render_tokens(tokens) or wait
     if markdown_html is not None:
         body = f'<div class="md-view">{markdown_html or wait}</div><div class="raw-view">{body}</div>'
     css = "tokstream streaming" if streaming else "tokstream"
@@ -104,23 +106,23 @@ def render_user(text: str) -> str:
     return f'<div class="usertext">{esc_text(text)}</div>'
 
 
-def render_plain_answer(text: str) -> str:
-    """An answer with no per-token information (e.g. from the API endpoint)."""
-    return f'<div class="tokstream">{esc_text(text)}</div>'
-
-
 def _legend_item(css: str, name: str, help_text: str) -> str:
     return (f'<span class="legend-item" title="{esc(help_text)}"><span class="{css}">{esc(name)}</span>'
             f'<span class="legend-help">{esc(help_text)}</span></span>')
 
 
-def legend_html(show_rejected: bool = True) -> str:
-    """Every token kind with its colour and meaning (plus the struck-through rejected draft token)."""
+def legend_html() -> str:
+    """Every token kind with its colour and meaning, plus the struck-through rejected draft token."""
     cells = [_legend_item(kind_class(k), k, KIND_HELP[k]) for k in TOKEN_KINDS]
-    if show_rejected:
-        cells.append(_legend_item("tok tok-rejected", "rejected", REJECTED_HELP))
+    cells.append(_legend_item("tok tok-rejected", "rejected", REJECTED_HELP))
     return (f'<div class="legend">{"".join(cells)}<span class="legend-hint">Hover a token for its p_target, '
             f"q_draft and step.</span></div>")
+
+
+def error_message(err: Exception) -> str:
+    """What a person reads for a failed request: an engine error as is (its message is written for people),
+    anything else with its type, so a bug is not mistaken for bad input."""
+    return str(err) if isinstance(err, EngineError) else f"unexpected error: {type(err).__name__}: {err}"
 
 
 def error_html(message: str | None) -> str:

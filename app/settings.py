@@ -1,14 +1,11 @@
 """UI values -> engine configs. Validation stays in the engine's config constructors (InvalidSettingError)."""
 from __future__ import annotations
 
-import inspect
 from dataclasses import asdict, dataclass
 
 from engine.catalog import BUILTIN_MODELS
-from engine.config import DEFAULT_SPEC, SamplingConfig, SpecConfig
+from engine.config import CACHE_OFF, DEFAULT_CACHE_THRESHOLD, DEFAULT_SPEC, CacheConfig, SamplingConfig, SpecConfig
 from engine.errors import InvalidSettingError
-
-CACHE_MODES = ("verify", "direct")
 
 
 @dataclass(frozen=True)
@@ -23,7 +20,7 @@ class UISettings:
     seed: str | float | None = None  # a text box: blank means a fresh random draw
     cache_enabled: bool = True
     cache_mode: str = "verify"
-    cache_threshold: float = 0.8
+    cache_threshold: float = DEFAULT_CACHE_THRESHOLD
     show_rejected: bool = True
 
     def to_dict(self) -> dict:
@@ -61,43 +58,11 @@ def spec_config(s: UISettings) -> SpecConfig:
     return SpecConfig(k=_as_int(s.k, "k"), proposer=s.proposer, adaptive=bool(s.adaptive))
 
 
-def supports_cache(engine) -> bool:
-    """True when the engine has a semantic cache and ``generate`` takes ``cache_mode``."""
-    return getattr(engine, "cache", None) is not None and "cache_mode" in _generate_params(engine)
-
-
-def _generate_params(engine) -> set[str]:
-    try:
-        return set(inspect.signature(engine.generate).parameters)
-    except (AttributeError, TypeError, ValueError):
-        return set()
-
-
-def cache_options(engine, s: UISettings | None, off: bool = False) -> dict:
-    """The keyword arguments that carry the cache settings into ``engine.generate`` (empty without a cache).
-
-    This is the one place the cache controls are wired: ``cache_mode`` ("verify" | "direct" | "off") and
-    the similarity threshold, passed under whichever name ``generate`` declares.
-    """
-    params = _generate_params(engine)
-    if "cache_mode" not in params:
-        return {}
-    enabled = s is not None and s.cache_enabled and not off
-    options = {"cache_mode": s.cache_mode if enabled else "off"}
-    for name in ("cache_threshold", "threshold", "similarity_threshold"):
-        if name in params and s is not None:
-            options[name] = float(s.cache_threshold)
-            break
-    return options
-
-
-def proposer_names() -> list[str]:
-    """Keys of ``engine.proposers.PROPOSERS``. Imported here, not at module import: it pulls in torch."""
-    try:
-        from engine.proposers import PROPOSERS
-    except ImportError:
-        return ["draft"]
-    return list(PROPOSERS)
+def cache_config(s: UISettings, off: bool = False) -> CacheConfig:
+    """The cache controls as the engine's CacheConfig: mode "off" when the box is unticked (or ``off``)."""
+    if off or not s.cache_enabled:
+        return CACHE_OFF
+    return CacheConfig(mode=s.cache_mode, threshold=float(s.cache_threshold))
 
 
 def model_choices() -> list[str]:

@@ -55,7 +55,7 @@ class Turn:
     def html(self, streaming: bool = False) -> str:
         """Both views (Markdown and raw tokens), always with the rejected draft tokens: the "show rejected"
         and "answer view" switches pick what shows with CSS."""
-        return render_answer(self.tokens, self.cache, self.finish_reason, True, streaming,
+        return render_answer(self.tokens, self.cache, self.finish_reason, streaming=streaming,
                              markdown_html=render_markdown(self.tokens))
 
     def kind_counts(self) -> dict[str, int]:

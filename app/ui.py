@@ -24,7 +24,7 @@ HEADER = ('<div class="app-header"><h1>SpecLens</h1><p>Speculative decoding, mad
 
 
 def build_demo(ctx: AppContext) -> gr.Blocks:
-    with gr.Blocks(title="SpecLens — speculative decoding") as demo:
+    with gr.Blocks(title="SpecLens — speculative decoding", analytics_enabled=False) as demo:
         gr.HTML(HEADER)
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=350, elem_id="controls"):

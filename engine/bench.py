@@ -18,20 +18,18 @@ import torch
 from tqdm.auto import tqdm
 
 from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
-from engine.config import DEFAULT_SPEC, PRECISIONS, SamplingConfig, SpecConfig
+from engine.config import CACHE_OFF, DEFAULT_SPEC, PRECISIONS, CacheConfig, SamplingConfig, SpecConfig
 from engine.cache.cached_chat import chat_scope
 from engine.cache.embedder import load_default_embedder
 from engine.cache.semantic_cache import SemanticCache
+from engine.events import final_done
 from engine.session import ChatEngine
 
 WARMUP_PROMPT = "Say hello."
 
 
 def _drain(events) -> dict:
-    done = None
-    for event in events:
-        if event.type == "done":
-            done = event
+    done = final_done(events)
     stats = done.stats
     return {"tokens": list(done.token_ids), "acceptance_rate": stats.acceptance_rate,
             "mean_accepted": stats.mean_accepted}
@@ -45,14 +43,14 @@ def run_target(engine: ChatEngine, messages, sampling, spec, item) -> dict:
 def speculative_mode(make_spec: Callable[[SpecConfig], SpecConfig]) -> Callable:
     """A bench mode running our loop with the spec derived from the CLI's (--k)."""
     def run(engine: ChatEngine, messages, sampling, spec, item) -> dict:
-        return _drain(engine.generate(messages, sampling, make_spec(spec), cache_mode="off"))
+        return _drain(engine.generate(messages, sampling, make_spec(spec), cache=CACHE_OFF))
     return run
 
 
 @torch.inference_mode()
 def run_hf_assisted(engine: ChatEngine, messages, sampling, spec, item) -> dict:
     """transformers' own assisted generation on the same loaded models."""
-    prompt = torch.tensor([engine.encode(messages, sampling)], device=engine.target.device)
+    prompt = torch.tensor([engine.encode(messages)], device=engine.target.device)
     out = engine.target.model.generate(prompt, attention_mask=torch.ones_like(prompt),
                                        assistant_model=engine.draft.model, do_sample=False,
                                        max_new_tokens=sampling.max_new_tokens,
@@ -79,7 +77,7 @@ def run_cache_verify(engine: ChatEngine, messages, sampling, spec, item) -> dict
     with tempfile.TemporaryDirectory() as tmp:
         cached = ChatEngine(cache=SemanticCache(tmp, load_default_embedder()))
         cached.use_models(engine.target, engine.draft)
-        first = _drain(cached.generate(messages, sampling, DEFAULT_SPEC, cache_mode="off"))
+        first = _drain(cached.generate(messages, sampling, DEFAULT_SPEC, cache=CACHE_OFF))
         # both answers stop at the same max_new_tokens, so the first one covers what the second needs
         cached.cache.store(item["prompt"], chat_scope(engine.target, sampling, messages),
                            engine.target.tokenizer.decode(first["tokens"]), first["tokens"], complete=True)
@@ -88,7 +86,7 @@ def run_cache_verify(engine: ChatEngine, messages, sampling, spec, item) -> dict
         baseline = _drain(engine.generate_reference(asked, sampling))
         baseline_s = time.perf_counter() - start
         start = time.perf_counter()
-        events = list(cached.generate(asked, sampling, DEFAULT_SPEC, cache_mode="verify"))
+        events = list(cached.generate(asked, sampling, DEFAULT_SPEC, cache=CacheConfig(mode="verify")))
         seconds = time.perf_counter() - start
         cached.cache.close()
     return {**_drain(events), "seconds": seconds, "cache_outcome": events[0].outcome,
@@ -122,14 +120,15 @@ def run_bench(engine: ChatEngine, prompts: list[dict], modes: list[str], spec: S
             reference = None
             for mode in modes:
                 bar.set_postfix_str(f"{item['id']} / {mode}")
-                runs.append(_timed_run(engine, mode, item, messages, sampling, spec, reference))
+                runs.append(_timed_run(engine, mode, item=item, messages=messages, sampling=sampling, spec=spec,
+                                       reference=reference))
                 if mode == "target":
                     reference = runs[-1].pop("_tokens")
                 bar.update()
     return {"runs": runs, "summary": summarize(runs, modes)}
 
 
-def _timed_run(engine, mode, item, messages, sampling, spec, reference) -> dict:
+def _timed_run(engine, mode, *, item, messages, sampling, spec, reference) -> dict:
     start = time.perf_counter()
     result = MODES[mode](engine, messages, sampling, spec, item)
     seconds = result.pop("seconds", time.perf_counter() - start)  # a mode may time only its own part

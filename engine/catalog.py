@@ -18,7 +18,7 @@ from pathlib import Path
 from filelock import FileLock
 from tqdm.auto import tqdm
 
-from engine.errors import ModelIntegrityError, UnknownModelError
+from engine.errors import ModelFormatError, ModelIntegrityError, UnknownModelError
 
 
 @dataclass(frozen=True)
@@ -75,11 +75,10 @@ def assemble_gguf(model: BuiltinModel, out: Path) -> Path:
     with open(tmp, "wb") as sink, tqdm(total=sum(f.stat().st_size for f in files), unit="B", unit_scale=True,
                                        desc=f"Assembling {model.name}") as bar:
         for part in files:
-            with open(part, "rb") as source:
-                while chunk := source.read(1 << 24):
-                    digest.update(chunk)
-                    sink.write(chunk)
-                    bar.update(len(chunk))
+            for chunk in _chunks(part):
+                digest.update(chunk)
+                sink.write(chunk)
+                bar.update(len(chunk))
     if digest.hexdigest() != model.sha256:
         tmp.unlink()
         raise ModelIntegrityError(f"{model.name}: sha256 {digest.hexdigest()} != expected {model.sha256}; "
@@ -96,12 +95,17 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
     tmp = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     print(f"Converting {gguf_path.name} (once; later loads use {out_dir})", flush=True)
-    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf_path.parent, gguf_file=gguf_path.name, quantization_config=GgufConfig(dequantize=True),
-        dtype=torch.bfloat16)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf_path.parent, gguf_file=gguf_path.name, quantization_config=GgufConfig(dequantize=True),
+            dtype=torch.bfloat16)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    except Exception as err:  # a damaged or unsupported GGUF: nothing half-made stays behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        first_line = (str(err).splitlines() or [type(err).__name__])[0]
+        raise ModelFormatError(f"could not convert {gguf_path}: {first_line}") from err
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.replace(out_dir)
     return out_dir
@@ -132,11 +136,17 @@ def _converting(out_dir: Path):
         yield not (out_dir / "config.json").exists()
 
 
+def _chunks(path: Path, size: int = 1 << 24):
+    """The bytes of ``path`` in 16 MiB pieces (the one read loop for hashing and assembling)."""
+    with open(path, "rb") as f:
+        while chunk := f.read(size):
+            yield chunk
+
+
 def _check_sha(path: Path, model: BuiltinModel) -> None:
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            digest.update(chunk)
+    for chunk in _chunks(path):
+        digest.update(chunk)
     if digest.hexdigest() != model.sha256:
         raise ModelIntegrityError(f"{model.name}: {path} has sha256 {digest.hexdigest()}, expected {model.sha256}")
 

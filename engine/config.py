@@ -1,20 +1,53 @@
-"""Frozen settings. Validation happens here, once, with readable messages."""
+"""Frozen settings. Validation happens here, once, with readable messages; nothing downstream re-checks.
+
+This module imports nothing heavy (no torch): the app and ``launch.py --help`` read the allowed values here.
+"""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from numbers import Integral, Real
 
 from engine.errors import InvalidSettingError
 
 # int8-dynamic: torch's dynamic int8 Linear layers (fbgemm) on CPU, 3x faster per token than bf16 for a 0.5B
 # draft here; bitsandbytes int8/nf4 save memory but run slower than bf16 on CPU.
 PRECISIONS = ("bf16", "fp32", "int8", "nf4", "int8-dynamic")
+AUTO = "auto"  # "pick the precision for this device" (the UI's choice besides PRECISIONS)
 MAX_K = 64
 MAX_NEW_TOKENS = 8192
+MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit integer
+# engine/proposers/__init__.py asserts that its registry has exactly these keys
+PROPOSER_NAMES = ("draft", "lookup", "hybrid")
+# off: no lookup, no store; verify: a similar cached answer becomes the draft; direct: served as is if guards pass
+CACHE_MODES = ("off", "verify", "direct")
+DEFAULT_CACHE_THRESHOLD = 0.80  # MiniLM: paraphrases sit at 0.81-0.99; unrelated prompts mostly below 0.75
 
 
 def _check(cond: bool, message: str) -> None:
     if not cond:
         raise InvalidSettingError(message)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _int_in(name: str, value, low: int, high: int, note: str = "") -> None:
+    _check(_is_int(value) and low <= value <= high,
+           f"{name} must be a whole number in [{low}, {high}]{note}, got {value!r}")
+
+
+def _real(name: str, value, ok, bounds: str) -> None:
+    _check(_is_real(value) and ok(value), f"{name} must be a number in {bounds}, got {value!r}")
+
+
+def _bool(name: str, value) -> None:
+    _check(isinstance(value, bool), f"{name} must be True or False, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -28,11 +61,13 @@ class SamplingConfig:
     stop_on_eos: bool = True
 
     def __post_init__(self):
-        _check(0.0 <= self.temperature <= 5.0, f"temperature must be in [0, 5], got {self.temperature}")
-        _check(0.0 < self.top_p <= 1.0, f"top_p must be in (0, 1], got {self.top_p}")
-        _check(self.top_k >= 0, f"top_k must be >= 0 (0 = off), got {self.top_k}")
-        _check(1 <= self.max_new_tokens <= MAX_NEW_TOKENS,
-               f"max_new_tokens must be in [1, {MAX_NEW_TOKENS}], got {self.max_new_tokens}")
+        _real("temperature", self.temperature, lambda t: 0.0 <= t <= 5.0, "[0, 5]")
+        _real("top_p", self.top_p, lambda p: 0.0 < p <= 1.0, "(0, 1]")
+        _int_in("top_k", self.top_k, 0, 2**31 - 1, " (0 = off)")
+        if self.seed is not None:
+            _int_in("seed", self.seed, 0, MAX_SEED, " or None (random)")
+        _int_in("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS)
+        _bool("stop_on_eos", self.stop_on_eos)
 
     @property
     def greedy(self) -> bool:
@@ -49,10 +84,28 @@ class SpecConfig:
     k_max: int = 16
 
     def __post_init__(self):
-        _check(isinstance(self.k, int) and 1 <= self.k <= MAX_K,
-               f"k (draft length) must be an integer in [1, {MAX_K}], got {self.k!r}")
-        _check(1 <= self.k_min <= self.k_max <= MAX_K, f"need 1 <= k_min <= k_max <= {MAX_K}")
+        _int_in("k (draft length)", self.k, 1, MAX_K)
+        _check(self.proposer in PROPOSER_NAMES,
+               f"unknown proposer {self.proposer!r}; choose one of {', '.join(PROPOSER_NAMES)}")
+        _bool("adaptive", self.adaptive)
+        _int_in("k_min", self.k_min, 1, MAX_K)
+        _int_in("k_max", self.k_max, 1, MAX_K)
+        _check(self.k_min <= self.k_max, f"need k_min <= k_max, got {self.k_min} > {self.k_max}")
 
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """How one request uses the semantic cache: ``mode`` (CACHE_MODES) and the similarity ``threshold``."""
+    mode: str = "verify"
+    threshold: float = DEFAULT_CACHE_THRESHOLD
+
+    def __post_init__(self):
+        _check(isinstance(self.mode, str) and self.mode in CACHE_MODES,
+               f"cache mode must be one of {', '.join(CACHE_MODES)}, got {self.mode!r}")
+        _real("cache threshold", self.threshold, lambda t: 0.0 < t <= 1.0, "(0, 1]")
+
+
+CACHE_OFF = CacheConfig(mode="off")
 
 # What the app does by default: prompt lookup when the text repeats, the draft model otherwise, adaptive k.
 DEFAULT_SPEC = SpecConfig(k=4, proposer="hybrid", adaptive=True)

@@ -8,6 +8,7 @@ class IncrementalDetokenizer:
         self.ids: list[int] = []
         self.prefix_offset = 0
         self.read_offset = 0
+        self._pieces: list[str] = []
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
@@ -19,8 +20,10 @@ class IncrementalDetokenizer:
         after = self._decode(self.ids[self.prefix_offset:])
         if len(after) > len(before) and not after.endswith("\ufffd"):
             self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
-            return after[len(before):]
+            self._pieces.append(after[len(before):])
+            return self._pieces[-1]
         return ""
 
     def text(self) -> str:
-        return self._decode(self.ids)
+        """Everything ``push`` returned, joined: a character cut off by the length limit is left out (no U+FFFD)."""
+        return "".join(self._pieces)

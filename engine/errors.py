@@ -29,5 +29,9 @@ class PromptTooLongError(EngineError):
     pass
 
 
+class ModelFormatError(EngineError):
+    """A model file is not what its name says (e.g. a ``.gguf`` that is not GGUF)."""
+
+
 class ModelIntegrityError(EngineError):
     """An assembled model file does not match its published checksum."""

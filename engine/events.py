@@ -9,7 +9,8 @@ Token kinds (same names in CSS classes, the legend and tests):
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 
 TOKEN_KINDS = ("accepted", "corrected", "bonus", "target", "cached")
 
@@ -96,3 +97,14 @@ class DoneEvent:
 
 
 Event = TokenEvent | StatsEvent | CacheEvent | DoneEvent
+
+
+def final_done(events: Iterable[Event]) -> DoneEvent:
+    """Run a generation to its end and return its DoneEvent (every generation yields one, last)."""
+    done = None
+    for event in events:
+        if event.type == "done":
+            done = event
+    if done is None:
+        raise RuntimeError("the generation ended without a DoneEvent")
+    return done

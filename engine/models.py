@@ -11,7 +11,7 @@ import torch
 
 from engine.catalog import BUILTIN_MODELS, builtin_dir, user_gguf_dir
 from engine.config import check_precision
-from engine.errors import IncompatiblePairError, InvalidSettingError, UnknownModelError
+from engine.errors import IncompatiblePairError, InvalidSettingError, ModelFormatError, UnknownModelError
 
 # bitsandbytes int8 on CPU warns on every matmul; the cast it announces is expected
 warnings.filterwarnings("ignore", message="MatMul8bitLt: inputs will be cast")
@@ -21,6 +21,8 @@ warnings.filterwarnings("ignore", message="torch.quantize_per_tensor, torch.quan
 logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
 
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>")
+GGUF_MAGIC = b"GGUF"
+ALLOW_DOWNLOADS_ENV = "SPECLENS_ALLOW_DOWNLOADS"  # "1": hub ids not in the local cache are downloaded
 
 
 @dataclass
@@ -53,14 +55,45 @@ def resolve_source(name: str) -> str:
         return str(builtin_dir(name))
     path = Path(os.path.expanduser(name))
     if path.is_file() and path.suffix == ".gguf":
+        check_gguf_file(path)  # before any conversion starts
         return str(user_gguf_dir(path))
     if path.is_dir() and (path / "config.json").exists():
         return str(path)
     looks_like_hub_id = name.count("/") == 1 and not path.exists() and all(name.split("/"))
     if looks_like_hub_id:
-        return name
-    raise UnknownModelError(f"unknown model {name!r}: not a built-in name, a .gguf file, a local HF directory "
-                            f"or a hub id (org/name). Built-in models: {', '.join(BUILTIN_MODELS)}")
+        return hub_source(name)
+    raise _unknown(name)
+
+
+def _unknown(name: str) -> UnknownModelError:
+    return UnknownModelError(f"unknown model {name!r}: not a built-in name, a .gguf file, a local HF directory "
+                             f"or a hub id (org/name). Built-in models: {', '.join(BUILTIN_MODELS)}")
+
+
+def check_gguf_file(path: Path) -> None:
+    """A GGUF file starts with the magic bytes ``GGUF``; anything else is refused before it is converted."""
+    with open(path, "rb") as f:
+        head = f.read(len(GGUF_MAGIC))
+    if head != GGUF_MAGIC:
+        what = "empty" if not head else f"starts with {head!r}"
+        raise ModelFormatError(f"{path} is not a GGUF model file ({what}, expected {GGUF_MAGIC!r})")
+
+
+def hub_source(repo_id: str) -> str:
+    """A hub id resolves to its snapshot in the local Hugging Face cache; without one it fails at once
+    (no network retries) unless downloads are allowed with SPECLENS_ALLOW_DOWNLOADS=1."""
+    if os.environ.get(ALLOW_DOWNLOADS_ENV) == "1":
+        return repo_id
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        config = try_to_load_from_cache(repo_id, "config.json")
+    except ValueError:  # not a valid repo id (HFValidationError)
+        raise _unknown(repo_id) from None
+    if isinstance(config, str):
+        return str(Path(config).parent)  # the cached snapshot directory: loads without network
+    raise UnknownModelError(f"{repo_id!r} is not available offline: it is not in the local Hugging Face cache. "
+                            f"Set {ALLOW_DOWNLOADS_ENV}=1 to download it, or use a local directory or .gguf file")
 
 
 def _quantization_kwargs(precision: str, device: torch.device) -> dict:
@@ -126,9 +159,27 @@ def check_pair(target: LoadedModel, draft: LoadedModel) -> None:
         raise IncompatiblePairError(
             f"draft {draft.name!r} has a vocabulary of {draft.vocab_size} tokens, target {target.name!r} has "
             f"{target.vocab_size}; speculative decoding needs the same tokenizer")
-    t_vocab, d_vocab = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
+    _check_same_vocab(target.name, target.tokenizer, draft.name, draft.tokenizer)
+
+
+def check_pair_sources(target: str, draft: str) -> None:
+    """The pair check on tokenizers alone, before any weights load: a mismatch fails in about a second."""
+    _check_same_vocab(target, load_tokenizer(target), draft, load_tokenizer(draft))
+
+
+def load_tokenizer(name: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(resolve_source(name))
+    except (OSError, ValueError) as err:
+        raise UnknownModelError(f"could not load the tokenizer of {name!r}: {str(err).splitlines()[0]}") from err
+
+
+def _check_same_vocab(target_name: str, target_tokenizer, draft_name: str, draft_tokenizer) -> None:
+    t_vocab, d_vocab = target_tokenizer.get_vocab(), draft_tokenizer.get_vocab()
     if t_vocab != d_vocab:
         differing = [tok for tok, i in t_vocab.items() if d_vocab.get(tok) != i]
         raise IncompatiblePairError(
-            f"draft {draft.name!r} and target {target.name!r} tokenize differently: {len(differing)} tokens "
+            f"draft {draft_name!r} and target {target_name!r} tokenize differently: {len(differing)} tokens "
             f"map to other ids (e.g. {differing[:3]!r}); pick a draft from the target's model family")

@@ -19,7 +19,7 @@ def validate_messages(messages: list[dict]) -> list[dict]:
     return messages
 
 
-def encode_chat(tokenizer, messages: list[dict], context_window: int, max_new_tokens: int) -> list[int]:
+def encode_chat(tokenizer, messages: list[dict], context_window: int) -> list[int]:
     """Apply the chat template. Raises PromptTooLongError when the prompt leaves no room to answer."""
     validate_messages(messages)
     if tokenizer.chat_template:

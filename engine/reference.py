@@ -17,10 +17,7 @@ def reference_generate(target: ModelRunner, prompt_ids: list[int], stream: Token
     generator = make_generator(sampling.seed)
     stats = StatsTracker(proposer="target-only")
     context = list(prompt_ids)
-    while not stream.finish_reason:
-        if cancel is not None and cancel.is_set():
-            yield stream.done(stats.snapshot(len(stream.token_ids)), reason="cancelled")
-            return
+    while not stream.finished(cancel):
         t = time.perf_counter()
         p_target = logits_to_probs(target.forward(context[len(target.tokens):], n_logits=1)[-1], sampling)  # (vocab,)
         token = sample(p_target, sampling, generator)

@@ -1,25 +1,27 @@
 """The engine as the app sees it: a loaded draft/target pair and a ``generate`` that yields events.
 
-One generation runs at a time (a lock); loading a new pair leaves the old one in place until the new one
-has loaded and passed the pair check.
+Model forwards run one step at a time under one lock, which is never held while a caller runs (it is
+released at every yield), so no call order can deadlock. Loading a new pair leaves the old one in place until
+the new one has loaded and passed the pair check.
 """
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass
 
 from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.cache import cached_chat
 from engine.prompt import encode_chat
-from engine.config import SamplingConfig, SpecConfig
+from engine.config import CACHE_OFF, CacheConfig, SamplingConfig, SpecConfig
 from engine.divergence import Divergence, Fp32Proof, first_divergence
-from engine.errors import InvalidSettingError, NoPairError
+from engine.errors import NoPairError
 from engine.events import Event
 from engine.kpolicy import AdaptiveK, FixedK, KPolicy
 from engine.runner import ModelRunner
-from engine.models import LoadedModel, check_pair, load_model
+from engine.models import LoadedModel, check_pair, check_pair_sources, load_model
 from engine.proposers import PROPOSERS
 from engine.proposers.cached_answer import CachedAnswerProposer
 from engine.reference import reference_generate
@@ -56,31 +58,40 @@ class Pair:
 
 class ChatEngine:
     """Safe to share between threads: a request reads ``self.pair`` once and uses only that value; model
-    forwards run one at a time under ``self._lock``; swapping the pair never waits for a generation."""
+    forwards run one step at a time under ``self._lock``, released at every yield; swapping the pair never
+    waits for a generation."""
 
     def __init__(self, cache: SemanticCache | None = None):
         self.cache = cache
         self.pair: Pair | None = None
-        self._lock = threading.Lock()  # one generation on the models at a time
+        self._lock = threading.Lock()  # one decoding step on the models at a time; never held across a yield
         self._load_lock = threading.Lock()  # one load at a time
         self._fp32: dict[str, LoadedModel] = {}  # fp32 copies for the "prove it" re-run, by model name
 
     # -- models -------------------------------------------------------------------------------------------
     def load_pair(self, target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT,
                   target_precision: str | None = None, draft_precision: str | None = None) -> PairInfo:
-        """Load (or reuse) both models and check they can pair. On any error the previous pair stays."""
+        """Load (or reuse) both models and check they can pair. On any error the previous pair stays.
+
+        The tokenizers are compared first, so a mismatched pair is refused before any weights load.
+        """
+        target, draft = target.strip(), draft.strip()
         with self._load_lock:
             current = self.pair
-            new_target = self._reuse_or_load(current and current.target, target, target_precision, "target")
-            new_draft = self._reuse_or_load(current and current.draft, draft, draft_precision, "draft")
+            new_target = self._reusable(current and current.target, target, target_precision)
+            new_draft = self._reusable(current and current.draft, draft, draft_precision)
+            if new_target is None or new_draft is None:
+                check_pair_sources(target, draft)
+            new_target = new_target or load_model(target, target_precision, role="target")
+            new_draft = new_draft or load_model(draft, draft_precision, role="draft")
             self.use_models(new_target, new_draft)
         return self.info()
 
     @staticmethod
-    def _reuse_or_load(current: LoadedModel | None, name: str, precision: str | None, role: str) -> LoadedModel:
-        if current is not None and current.name == name.strip() and precision in (None, current.precision):
+    def _reusable(current: LoadedModel | None, name: str, precision: str | None) -> LoadedModel | None:
+        if current is not None and current.name == name and precision in (None, current.precision):
             return current
-        return load_model(name.strip(), precision, role=role)
+        return None
 
     def use_models(self, target: LoadedModel, draft: LoadedModel) -> None:
         """Install already-loaded models (tests, benchmarks): one assignment, after the pair check."""
@@ -110,9 +121,9 @@ class ChatEngine:
         return ModelRunner(loaded.model, loaded.vocab_size)
 
     # -- generation ---------------------------------------------------------------------------------------
-    def encode(self, messages: list[dict], sampling: SamplingConfig, pair: Pair | None = None) -> list[int]:
+    def encode(self, messages: list[dict], pair: Pair | None = None) -> list[int]:
         target = (pair or self.require_pair()).target
-        return encode_chat(target.tokenizer, messages, target.context_window, sampling.max_new_tokens)
+        return encode_chat(target.tokenizer, messages, target.context_window)
 
     @staticmethod
     def _stream(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig) -> TokenStream:
@@ -120,32 +131,38 @@ class ChatEngine:
         return TokenStream(target.tokenizer, target.eos_ids, min(sampling.max_new_tokens, room),
                            sampling.stop_on_eos)
 
-    def generate(self, messages: list[dict], sampling: SamplingConfig, spec: SpecConfig,
-                 cancel: threading.Event | None = None, cache_mode: str = "verify",
-                 cache_threshold: float | None = None) -> Iterator[Event]:
+    def _stepwise(self, events: Iterator[Event]) -> Iterator[Event]:
+        """Compute each event under the lock, hand it over without it: a caller holding a paused generator
+        can start another generation (or measure a baseline) in the same thread without a deadlock."""
+        with closing(events):  # closing this generator (a cancelled request) closes the decoder too
+            while True:
+                with self._lock:
+                    event = next(events, None)
+                if event is None:
+                    return
+                yield event
+
+    def generate(self, messages: list[dict], sampling: SamplingConfig, spec: SpecConfig, *,
+                 cache: CacheConfig = CacheConfig(), cancel: threading.Event | None = None) -> Iterator[Event]:
         """The assistant's answer to ``messages``: from the cache, or by speculative decoding.
 
         Yields a CacheEvent first, then TokenEvents and StatsEvents, and a DoneEvent last.
         """
         pair = self.require_pair()  # read once: a concurrent pair switch affects only later requests
-        prompt_ids = self.encode(messages, sampling, pair)
-        if spec.proposer not in PROPOSERS:
-            raise InvalidSettingError(f"unknown proposer {spec.proposer!r}; choose one of {', '.join(PROPOSERS)}")
-        if cache_mode not in cached_chat.CACHE_MODES:
-            raise InvalidSettingError(f"cache mode must be one of {', '.join(cached_chat.CACHE_MODES)}")
-        hit, cache_event = cached_chat.lookup(self.cache, pair.target, messages, sampling, cache_mode,
-                                              cache_threshold)
+        prompt_ids = self.encode(messages, pair)
+        hit, cache_event = cached_chat.lookup(self.cache, pair.target, messages, sampling, cache)
         yield cache_event
         stream = self._stream(pair.target, prompt_ids, sampling)
         if hit.outcome in ("exact", "cached"):
             yield from cached_chat.serve(hit, stream, self.cache)
             return
-        with self._lock:
-            proposer = PROPOSERS[spec.proposer](self._runner(pair.draft), spec.adaptive)
-            if hit.outcome == "verified":  # the cached answer becomes the draft; the target has the last word
-                proposer = CachedAnswerProposer(list(hit.answer_token_ids), fallback=proposer)
-            for event in speculative_generate(self._runner(pair.target), proposer, prompt_ids, stream, sampling,
-                                              k_policy(spec), cancel):
+        proposer = PROPOSERS[spec.proposer](self._runner(pair.draft), spec.adaptive)
+        if hit.outcome == "verified":  # the cached answer becomes the draft; the target has the last word
+            proposer = CachedAnswerProposer(list(hit.answer_token_ids), fallback=proposer)
+        decoder = speculative_generate(self._runner(pair.target), proposer, prompt_ids, stream, sampling,
+                                       k_policy=k_policy(spec), cancel=cancel)
+        with closing(self._stepwise(decoder)) as events:
+            for event in events:
                 if event.type == "done":
                     cached_chat.remember(self.cache, pair.target, messages, sampling, event)
                 yield event
@@ -154,17 +171,17 @@ class ChatEngine:
                            cancel: threading.Event | None = None) -> Iterator[Event]:
         """Target-only decoding: the reference every speculative answer must match."""
         pair = self.require_pair()
-        prompt_ids = self.encode(messages, sampling, pair)
-        with self._lock:
-            yield from reference_generate(self._runner(pair.target), prompt_ids,
-                                          self._stream(pair.target, prompt_ids, sampling), sampling, cancel)
+        prompt_ids = self.encode(messages, pair)
+        stream = self._stream(pair.target, prompt_ids, sampling)
+        yield from self._stepwise(reference_generate(self._runner(pair.target), prompt_ids, stream, sampling,
+                                                     cancel))
 
     # -- divergences ----------------------------------------------------------------------------------------
     def explain_divergence(self, messages: list[dict], sampling: SamplingConfig, reference_ids: list[int],
                            other_ids: list[int]) -> Divergence | None:
         """Where ``other_ids`` first leaves the target-only ``reference_ids``, and the target's margin there."""
         pair = self.require_pair()
-        prompt_ids = self.encode(messages, sampling, pair)
+        prompt_ids = self.encode(messages, pair)
         with self._lock:
             return first_divergence(pair.target, prompt_ids, list(reference_ids), list(other_ids))
 
@@ -186,9 +203,9 @@ class ChatEngine:
         with self._lock:  # the fp32 engine has its own lock: hold ours so nothing else runs meanwhile
             start = time.perf_counter()
             reference = _final(exact.generate_reference(messages, sampling)).token_ids
-            other = _final(exact.generate(messages, sampling, spec, cache_mode="off")).token_ids
+            other = _final(exact.generate(messages, sampling, spec, cache=CACHE_OFF)).token_ids
             seconds = time.perf_counter() - start
-            divergence = first_divergence(exact.target, exact.encode(messages, sampling), list(reference),
+            divergence = first_divergence(exact.target, exact.encode(messages), list(reference),
                                           list(other))
         return Fp32Proof(identical=reference == other, n_tokens=len(reference), divergence=divergence,
                          seconds=seconds, load_seconds=load_s, target=pair.target.name, draft=pair.draft.name)

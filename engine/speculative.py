@@ -22,7 +22,7 @@ from engine.verify import Verdict, verify_greedy, verify_rejection
 
 
 def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: list[int], stream: TokenStream,
-                         sampling: SamplingConfig, k_policy: KPolicy | None = None,
+                         sampling: SamplingConfig, *, k_policy: KPolicy | None = None,
                          cancel: threading.Event | None = None) -> Iterator[Event]:
     """Yield TokenEvents as they are decided, a StatsEvent after each step, and a final DoneEvent."""
     k_policy = k_policy or FixedK(4)
@@ -30,10 +30,7 @@ def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: li
     proposer.reset(prompt_ids, sampling, generator)
     stats = StatsTracker(proposer=proposer.name)
     context = list(prompt_ids)
-    while not stream.finish_reason:
-        if cancel is not None and cancel.is_set():
-            yield stream.done(stats.snapshot(len(stream.token_ids)), reason="cancelled")
-            return
+    while not stream.finished(cancel):
         budget = stream.remaining - 1  # draft tokens beyond this could never be emitted
         # 1. propose (k = 0 asks only for free drafts, e.g. a prompt lookup; a model proposer returns none)
         t0 = time.perf_counter()
@@ -49,7 +46,6 @@ def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: li
         t2 = time.perf_counter()
         # 4. roll back the target to the accepted prefix (the new token is fed next step)
         target.rollback(len(context) + verdict.n_accepted)
-        proposer.feedback(verdict.n_accepted, len(draft))
         model_draft = len(draft) if draft.q_probs is not None else 0  # one-hot drafts are free: not k's business
         k_policy.update(verdict.n_accepted, model_draft, t1 - t0, t2 - t1)
         stats.draft_s += t1 - t0

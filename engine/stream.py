@@ -1,6 +1,7 @@
 """Bookkeeping shared by the speculative loop and the reference decoder: output tokens, stop rules, stats."""
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -18,6 +19,15 @@ class TokenStream:
         self.token_ids: list[int] = []
         self.finish_reason: str | None = None
         self.t0 = time.perf_counter()
+
+    def finished(self, cancel: threading.Event | None = None) -> bool:
+        """True once the answer is complete (EOS, length) or ``cancel`` is set (finish reason ``cancelled``).
+
+        The one stop check of both decoders, called before each step: a cancel takes effect at the next step.
+        """
+        if not self.finish_reason and cancel is not None and cancel.is_set():
+            self.finish_reason = "cancelled"
+        return self.finish_reason is not None
 
     @property
     def remaining(self) -> int:
@@ -38,8 +48,9 @@ class TokenStream:
         return TokenEvent(token_id=token_id, text=self.detok.push(token_id), kind=kind, step=step,
                           t=time.perf_counter() - self.t0, **info)
 
-    def done(self, stats: StatsEvent, reason: str | None = None) -> DoneEvent:
-        return DoneEvent(finish_reason=reason or self.finish_reason or "length", text=self.detok.text(),
+    def done(self, stats: StatsEvent) -> DoneEvent:
+        """The final event; its text is exactly the streamed pieces joined."""
+        return DoneEvent(finish_reason=self.finish_reason or "length", text=self.detok.text(),
                          token_ids=tuple(self.token_ids), stats=stats)
 
 

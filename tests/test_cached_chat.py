@@ -3,7 +3,7 @@ import threading
 
 import pytest
 
-from engine.config import SamplingConfig, SpecConfig
+from engine.config import CACHE_OFF, SamplingConfig, SpecConfig
 from engine.cache.embedder import load_default_embedder
 from engine.cache.semantic_cache import SemanticCache
 from engine.session import ChatEngine
@@ -92,5 +92,5 @@ def test_truncated_answer_is_not_stored_and_cache_off_skips_lookup(engine):
     events = list(engine.generate([{"role": "user", "content": "Describe the sun in detail."}],
                                   SamplingConfig(max_new_tokens=4), SPEC))
     assert events[-1].finish_reason == "length" and len(engine.cache) == 0
-    off = ask(engine, "Describe the sun in detail.", cache_mode="off")
+    off = ask(engine, "Describe the sun in detail.", cache=CACHE_OFF)
     assert off[0].outcome == "off"

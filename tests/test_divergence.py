@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.config import SamplingConfig, SpecConfig
+from engine.config import CACHE_OFF, SamplingConfig, SpecConfig
 from engine.divergence import Divergence, first_divergence, rounding_step, top_logits
 from engine.session import ChatEngine
 from tests.tiny import tiny_pair
@@ -67,7 +67,7 @@ def test_bf16_divergence_is_a_rounding_tie_and_fp32_is_identical():
     engine.load_pair("smollm2-135m-instruct", "smollm2-135m-instruct", "bf16", "bf16")
     messages, sampling, spec = [{"role": "user", "content": TIE_PROMPT}], SamplingConfig(max_new_tokens=20), SpecConfig(k=4)
     reference = [e for e in engine.generate_reference(messages, sampling) if e.type == "done"][0].token_ids
-    other = [e for e in engine.generate(messages, sampling, spec, cache_mode="off") if e.type == "done"][0].token_ids
+    other = [e for e in engine.generate(messages, sampling, spec, cache=CACHE_OFF) if e.type == "done"][0].token_ids
     if reference == other:
         pytest.skip("this CPU's bf16 kernels do not flip the tie (it flips at token 12 on the 2-core dev machine)")
     div = engine.explain_divergence(messages, sampling, list(reference), list(other))

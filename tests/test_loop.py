@@ -1,35 +1,26 @@
 """The speculative loop against the reference decoder, on tiny random fp32 models."""
 import threading
-from collections import Counter
 
 import pytest
 import torch
 
 from engine.config import SamplingConfig
 from engine.kpolicy import FixedK
+from engine.models import wrap_model
 from engine.proposers.draft_model import DraftModelProposer
 from engine.reference import reference_generate
 from engine.speculative import speculative_generate
 from engine.stream import TokenStream
-from tests.tiny import ByteTokenizer, cached, tiny_model, tiny_pair
-from engine.models import wrap_model
-
-
-def run(gen):
-    events = list(gen)
-    assert events[-1].type == "done"
-    return events
+from tests.tiny import (ByteTokenizer, cached, exact_sequence_probs, reference_done, run, sequence_distribution,
+                        speculative_done, tiny_model, tiny_pair, total_variation)
 
 
 def spec_tokens(target, draft, prompt, sampling, k):
-    stream = TokenStream(target.tokenizer, target.eos_ids, sampling.max_new_tokens, sampling.stop_on_eos)
-    proposer = DraftModelProposer(cached(draft))
-    return run(speculative_generate(cached(target), proposer, prompt, stream, sampling, FixedK(k)))[-1]
+    return speculative_done(target, DraftModelProposer(cached(draft)), FixedK(k), prompt, sampling)
 
 
 def ref_tokens(target, prompt, sampling):
-    stream = TokenStream(target.tokenizer, target.eos_ids, sampling.max_new_tokens, sampling.stop_on_eos)
-    return run(reference_generate(cached(target), prompt, stream, sampling))[-1]
+    return reference_done(target, prompt, sampling)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -58,7 +49,7 @@ def test_kv_caches_hold_exactly_the_consumed_tokens_after_every_step():
     stream = TokenStream(target.tokenizer, target.eos_ids, 50, False)
     emitted = []
     for event in speculative_generate(t_cache, DraftModelProposer(d_cache), prompt, stream,
-                                      SamplingConfig(max_new_tokens=50, stop_on_eos=False), FixedK(3)):
+                                      SamplingConfig(max_new_tokens=50, stop_on_eos=False), k_policy=FixedK(3)):
         if event.type == "token":
             emitted.append(event.token_id)
         if event.type == "stats":
@@ -71,13 +62,21 @@ def test_kv_caches_hold_exactly_the_consumed_tokens_after_every_step():
 
 def test_stops_at_eos_like_the_reference():
     target, draft = tiny_pair(2)
-    for seed in range(6):
-        sampling = SamplingConfig(temperature=1.5, seed=seed, max_new_tokens=200)
-        # the reference and the loop consume randomness differently, so compare the rule, not the tokens
-        spec = spec_tokens(target, draft, [1, 2], sampling, 4)
-        assert 0 not in spec.token_ids
-        assert spec.finish_reason in ("eos", "length")
-        assert spec.finish_reason == "length" or len(spec.token_ids) < 200
+    # greedy: token for token the reference, stopping at the same EOS (these prompts do reach one)
+    for prompt in ([1, 2], [9, 9]):
+        greedy = SamplingConfig(max_new_tokens=120)
+        spec, ref = spec_tokens(target, draft, prompt, greedy, 4), ref_tokens(target, prompt, greedy)
+        assert spec.token_ids == ref.token_ids and spec.finish_reason == ref.finish_reason == "eos"
+    # sampling: the two consume randomness differently, so compare the rule; both must meet EOS sometimes
+    finishes = {"spec": set(), "ref": set()}
+    for seed in range(4):
+        sampling = SamplingConfig(temperature=1.5, seed=seed, max_new_tokens=120)
+        for name, done in (("spec", spec_tokens(target, draft, [1, 2], sampling, 4)),
+                           ("ref", ref_tokens(target, [1, 2], sampling))):
+            assert 0 not in done.token_ids  # EOS ends the answer, it is never part of it
+            assert (done.finish_reason, len(done.token_ids) < 120) in (("eos", True), ("length", False))
+            finishes[name].add(done.finish_reason)
+    assert "eos" in finishes["spec"] and "eos" in finishes["ref"]
 
 
 def test_cancel_between_steps():
@@ -86,32 +85,13 @@ def test_cancel_between_steps():
     stream = TokenStream(target.tokenizer, target.eos_ids, 100, False)
     events = []
     for event in speculative_generate(cached(target), DraftModelProposer(cached(draft)), [5], stream,
-                                      SamplingConfig(max_new_tokens=100, stop_on_eos=False), FixedK(2), cancel):
+                                      SamplingConfig(max_new_tokens=100, stop_on_eos=False), k_policy=FixedK(2),
+                                      cancel=cancel):
         events.append(event)
         if event.type == "stats" and event.steps == 3:
             cancel.set()
     assert events[-1].finish_reason == "cancelled"
     assert events[-1].stats.steps == 3
-
-
-def sequence_distribution(generate, n):
-    return Counter(tuple(generate(i).token_ids) for i in range(n))
-
-
-def exact_sequence_probs(model, prompt, length, sampling):
-    """Enumerate every continuation of ``length`` tokens with the target's exact probability."""
-    from engine.sampling import logits_to_probs
-    vocab = model.config.vocab_size
-    seqs = torch.cartesian_prod(*[torch.arange(vocab)] * length)  # (vocab**length, length)
-    ids = torch.cat([torch.tensor(prompt).expand(len(seqs), -1), seqs], dim=1)
-    with torch.no_grad():
-        probs = logits_to_probs(model(ids).logits[:, len(prompt) - 1:-1], sampling)  # (n, length, vocab)
-    seq_p = probs.gather(-1, seqs[..., None])[..., 0].prod(-1)
-    return {tuple(s.tolist()): float(p) for s, p in zip(seqs, seq_p)}
-
-
-def total_variation(counts, exact, n):
-    return 0.5 * sum(abs(counts.get(s, 0) / n - p) for s, p in exact.items())
 
 
 @pytest.mark.parametrize("sampling", [SamplingConfig(temperature=1.0, max_new_tokens=3, stop_on_eos=False),
@@ -149,5 +129,5 @@ def test_runner_reuse_across_generations_same_prompt():
     for _ in range(2):
         again = run(speculative_generate(t_cache, DraftModelProposer(d_cache), prompt,
                                          TokenStream(target.tokenizer, target.eos_ids, 20, False), sampling,
-                                         FixedK(3)))[-1]
+                                         k_policy=FixedK(3)))[-1]
         assert again.token_ids == first.token_ids

@@ -32,13 +32,13 @@ class FakeEngine:
         return SimpleNamespace(target="tgt", draft="drf", target_precision="bf16", draft_precision="nf4",
                                device="cpu")
 
-    def encode(self, messages, sampling):
+    def encode(self, messages):
         if not messages[-1]["content"].strip():
             raise EmptyPromptError("the message is empty: type something to ask")
         return [1, 2, 3]
 
-    def generate(self, messages, sampling, spec, cancel=None):
-        self.calls.append(dict(messages=messages, sampling=sampling, spec=spec))
+    def generate(self, messages, sampling, spec, *, cache=None, cancel=None):
+        self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache))
         yield CacheEvent("off")
         ids = []
         for i, (text, kind) in enumerate(PIECES):
@@ -83,6 +83,7 @@ def test_non_streamed_completion_carries_text_speculation_and_usage():
                              "accepted": 3, "acceptance_rate": 0.75}
     sampling = engine.calls[0]["sampling"]
     assert (sampling.temperature, sampling.max_new_tokens, sampling.seed) == (0.0, 20, 3)
+    assert engine.calls[0]["cache"].mode == "verify"  # the same cache as a browser chat
 
 
 def test_stop_string_cuts_the_text_and_the_tokens_and_stops_the_engine():

@@ -8,11 +8,8 @@ from engine.models import wrap_model
 from engine.proposers import CONFIDENCE_CUTOFF, DraftModelProposer, HybridProposer, NgramProposer
 from engine.proposers.cached_answer import CachedAnswerProposer
 from engine.proposers.ngram import ngram_lookup
-from engine.reference import reference_generate
-from engine.speculative import speculative_generate
-from engine.stream import TokenStream
-from tests.test_loop import exact_sequence_probs, run, sequence_distribution, total_variation
-from tests.tiny import ByteTokenizer, cached, tiny_model, tiny_pair
+from tests.tiny import (ByteTokenizer, cached, exact_sequence_probs, reference_done, sequence_distribution,
+                        speculative_done, tiny_model, tiny_pair, total_variation)
 
 
 def test_ngram_lookup_continues_the_latest_longest_match():
@@ -64,11 +61,6 @@ PROPOSERS = {
 }
 
 
-def generate(target, proposer, policy, prompt, sampling):
-    stream = TokenStream(target.tokenizer, target.eos_ids, sampling.max_new_tokens, sampling.stop_on_eos)
-    return run(speculative_generate(cached(target), proposer, prompt, stream, sampling, policy))[-1]
-
-
 @pytest.mark.parametrize("name", PROPOSERS)
 @pytest.mark.parametrize("seed", range(3))
 def test_greedy_equality_for_every_proposer(name, seed):
@@ -76,9 +68,8 @@ def test_greedy_equality_for_every_proposer(name, seed):
     prompt = [5, 6, 7, 8, 5, 6, 7, 8, 5, 6][: 4 + 3 * seed]  # repeats, so lookups find matches
     sampling = SamplingConfig(max_new_tokens=48, stop_on_eos=False)
     proposer, policy = PROPOSERS[name](cached(draft))
-    ref = run(reference_generate(cached(target), prompt, TokenStream(target.tokenizer, target.eos_ids, 48, False),
-                                 sampling))[-1]
-    spec = generate(target, proposer, policy, prompt, sampling)
+    ref = reference_done(target, prompt, sampling)
+    spec = speculative_done(target, proposer, policy, prompt, sampling)
     assert spec.token_ids == ref.token_ids
     assert spec.stats.proposed > 0
 
@@ -98,7 +89,7 @@ def test_sampling_distribution_for_one_hot_and_mixed_drafts(name):
         proposer, policy = (PROPOSERS[name] if name != "cached-answer" else
                             (lambda d: (CachedAnswerProposer([2, 1, 2], DraftModelProposer(d)), FixedK(2))))(
             cached(draft))
-        return generate(target, proposer, policy, prompt, SamplingConfig(**{**sampling.__dict__, "seed": i}))
+        return speculative_done(target, proposer, policy, prompt, SamplingConfig(**{**sampling.__dict__, "seed": i}))
     tv = total_variation(sequence_distribution(spec, n), exact, n)
     assert tv < 0.1, tv
 

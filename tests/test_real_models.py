@@ -48,14 +48,14 @@ def test_smollm2_fp32_greedy_speculative_equals_reference(smol_engine, prompt, k
 
 def test_default_cpu_draft_precision_int8_dynamic_stays_lossless_with_the_default_spec():
     """The app's defaults on CPU: dynamic-int8 draft, hybrid proposer, adaptive k, trimmed head."""
-    from engine.config import DEFAULT_SPEC
+    from engine.config import CACHE_OFF, DEFAULT_SPEC
     engine = ChatEngine()
     info = engine.load_pair(SMOL, SMOL, "fp32")
     assert info.draft_precision == "int8-dynamic"
     for prompt in PROMPTS:
         messages = [{"role": "user", "content": prompt}]
         sampling = SamplingConfig(max_new_tokens=40)
-        spec = done(engine.generate(messages, sampling, DEFAULT_SPEC, cache_mode="off"))[-1]
+        spec = done(engine.generate(messages, sampling, DEFAULT_SPEC, cache=CACHE_OFF))[-1]
         assert spec.token_ids == done(engine.generate_reference(messages, sampling))[-1].token_ids
         assert spec.stats.accepted > 0
 
@@ -112,11 +112,23 @@ def test_unknown_model_lists_the_builtin_names():
 
 def test_failed_pair_load_keeps_the_previous_pair(smol_engine):
     before = smol_engine.info()
-    with pytest.raises(IncompatiblePairError, match="vocabulary"):
+    with pytest.raises(IncompatiblePairError, match="tokenize differently"):
         smol_engine.load_pair(SMOL, DEFAULT_DRAFT, "fp32", "bf16")
     with pytest.raises(UnknownModelError):
         smol_engine.load_pair("no-such-model", SMOL)
     assert smol_engine.info() == before
+
+
+def test_a_mismatched_pair_is_refused_before_any_weights_load(monkeypatch):
+    """Tokenizers only: the SmolLM2/Qwen mismatch fails in about a second instead of after two model loads."""
+    import engine.session
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("weights were loaded before the tokenizers were compared")
+
+    monkeypatch.setattr(engine.session, "load_model", no_weights)
+    with pytest.raises(IncompatiblePairError, match="tokenize differently"):
+        ChatEngine().load_pair(SMOL, DEFAULT_DRAFT)
 
 
 def test_sha256_mismatch_is_refused(tmp_path):

@@ -3,7 +3,6 @@ import glob
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ SCOPE = make_scope("qwen-1.5b", "bf16", SamplingConfig(), "You are helpful.", []
 
 @pytest.fixture(scope="module")
 def minilm():
+    """The real MiniLM embedder: only for tests about what counts as a paraphrase (marked ``real``)."""
     return load_default_embedder()
 
 
@@ -51,8 +51,8 @@ def test_make_scope_is_stable_and_covers_what_shapes_the_answer():
     assert hot(1) != hot(2)
 
 
-def test_lookup_never_crosses_scopes(tmp_path, minilm):
-    cache = SemanticCache(tmp_path / "c", minilm, mode="direct")
+def test_lookup_never_crosses_scopes(tmp_path):
+    cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder(), mode="direct")
     _store(cache, "What is the capital of France?")
     others = [make_scope("llama-3b", "bf16", SamplingConfig(), "You are helpful.", []),
               make_scope("qwen-1.5b", "bf16", SamplingConfig(temperature=0.8), "You are helpful.", []),
@@ -61,13 +61,14 @@ def test_lookup_never_crosses_scopes(tmp_path, minilm):
                          [{"role": "user", "content": "x"}])]
     for scope in others:
         assert cache.lookup("What is the capital of France?", scope).outcome == "miss"
-        assert cache.lookup("Which city is France's capital?", scope).outcome == "miss"
+        assert cache.lookup("please What is the capital of France?", scope).outcome == "miss"
     assert cache.lookup("What is the capital of France?", SCOPE).outcome == "exact"
+    assert cache.lookup("please What is the capital of France?", SCOPE).outcome == "cached"  # same scope: a hit
 
 
 # ---- outcomes -----------------------------------------------------------------------------------
-def test_exact_hit_ignores_case_whitespace_and_trailing_punctuation(tmp_path, minilm):
-    cache = SemanticCache(tmp_path / "c", minilm)
+def test_exact_hit_ignores_case_whitespace_and_trailing_punctuation(tmp_path):
+    cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder())
     assert _store(cache, "How do I reverse a list in Python?", answer="xs[::-1]")
     assert normalise_prompt("  how do I   reverse a LIST in python ?!") == "how do i reverse a list in python"
     hit = cache.lookup("  how do I   reverse a LIST in python ?!", SCOPE)
@@ -76,6 +77,7 @@ def test_exact_hit_ignores_case_whitespace_and_trailing_punctuation(tmp_path, mi
     assert hit.to_event().outcome == "exact"
 
 
+@pytest.mark.real
 def test_verify_mode_sends_every_semantic_hit_to_verification(tmp_path, minilm):
     cache = SemanticCache(tmp_path / "c", minilm)  # mode="verify" by default
     _store(cache, "How do I reverse a list in Python?")
@@ -85,6 +87,7 @@ def test_verify_mode_sends_every_semantic_hit_to_verification(tmp_path, minilm):
     assert cache.lookup("What is the tallest building in Asia?", SCOPE).outcome == "miss"
 
 
+@pytest.mark.real
 def test_direct_mode_serves_only_hits_that_pass_the_guards(tmp_path, minilm):
     cache = SemanticCache(tmp_path / "c", minilm, mode="direct")
     _store(cache, "Convert 100 Celsius to Fahrenheit.")
@@ -97,21 +100,21 @@ def test_direct_mode_serves_only_hits_that_pass_the_guards(tmp_path, minilm):
     assert swapped.to_event().reason == swapped.reason
 
 
-def test_incomplete_answers_are_never_stored(tmp_path, minilm):
-    cache = SemanticCache(tmp_path / "c", minilm)
+def test_incomplete_answers_are_never_stored(tmp_path):
+    cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder())
     assert _store(cache, "Tell me a long story", complete=False) is False
     assert cache.store("   ", SCOPE, "x", [1], complete=True) is False
     assert len(cache) == 0 and cache.lookup("Tell me a long story", SCOPE).outcome == "miss"
 
 
 # ---- persistence, deletion, TTL, eviction --------------------------------------------------------
-def test_entries_survive_reopening(tmp_path, minilm):
-    with SemanticCache(tmp_path / "c", minilm) as cache:
+def test_entries_survive_reopening(tmp_path):
+    with SemanticCache(tmp_path / "c", PrefixBlindEmbedder()) as cache:
         _store(cache, "Why is the sky blue?", answer="Rayleigh scattering")
-    with SemanticCache(tmp_path / "c", minilm) as cache:
+    with SemanticCache(tmp_path / "c", PrefixBlindEmbedder()) as cache:
         assert len(cache) == 1
         assert cache.lookup("why is the sky blue", SCOPE).answer == "Rayleigh scattering"
-        assert cache.lookup("What makes the sky appear blue?", SCOPE).outcome == "verified"
+        assert cache.lookup("please Why is the sky blue?", SCOPE).outcome == "verified"
 
 
 def test_delete_clear_entries_and_stats(tmp_path):
@@ -133,11 +136,21 @@ def test_delete_clear_entries_and_stats(tmp_path):
     assert len(cache) == 0 and cache.lookup("question 0", SCOPE).outcome == "miss"
 
 
+class FakeClock:
+    def __init__(self, now: float = 1_000_000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_ttl_expires_entries(tmp_path):
-    cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder(), ttl_s=0.2)
+    clock = FakeClock()
+    cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder(), ttl_s=60, clock=clock)
     _store(cache, "short lived")
-    assert cache.lookup("short lived", SCOPE).outcome == "exact"
-    time.sleep(0.3)
+    clock.now += 59
+    assert cache.lookup("short lived", SCOPE).outcome == "exact" and len(cache) == 1
+    clock.now += 2
     assert cache.lookup("short lived", SCOPE).outcome == "miss"
     assert cache.lookup("please short lived", SCOPE).outcome == "miss"
     assert len(cache) == 0
@@ -154,14 +167,14 @@ def test_size_limit_evicts_oldest(tmp_path):
 
 
 # ---- corruption -----------------------------------------------------------------------------------
-def test_corrupt_database_is_moved_aside_and_rebuilt(tmp_path, minilm):
+def test_corrupt_database_is_moved_aside_and_rebuilt(tmp_path):
     directory = tmp_path / "c"
-    with SemanticCache(directory, minilm) as cache:
+    with SemanticCache(directory, PrefixBlindEmbedder()) as cache:
         _store(cache, "What is a monad?")
     for f in directory.glob("cache.db*"):
         f.write_bytes(b"\x00garbage, not sqlite" * 500)
     with pytest.warns(RuntimeWarning, match="moved to"):
-        cache = SemanticCache(directory, minilm)
+        cache = SemanticCache(directory, PrefixBlindEmbedder())
     assert len(cache) == 0 and len(glob.glob(f"{directory}.corrupt-*")) == 1
     assert _store(cache, "What is a monad?") and cache.lookup("What is a monad?", SCOPE).outcome == "exact"
 
@@ -187,26 +200,28 @@ def test_file_in_place_of_the_directory_is_moved_aside(tmp_path):
 
 # ---- processes and scale ---------------------------------------------------------------------------
 _WRITER = textwrap.dedent("""
-    import os, sys, time
+    import sys
     from engine.cache.embedder import HashEmbedder
     from engine.cache.semantic_cache import SemanticCache
-    directory, name, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    directory, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     cache = SemanticCache(directory, HashEmbedder(64))
-    while not os.path.exists(go):  # start together
-        time.sleep(0.005)
+    print("ready", flush=True)
+    sys.stdin.readline()  # start together: the test writes "go" once both are ready
     for i in range(n):
         assert cache.store(f"{name} question {i}", "scope", f"{name} answer {i}", [i], complete=True)
 """)
 
 
 def test_two_processes_writing_at_once_lose_nothing(tmp_path):
-    directory, n, go = str(tmp_path / "c"), 600, tmp_path / "go"
+    directory, n = str(tmp_path / "c"), 600
     reader = SemanticCache(directory, PrefixBlindEmbedder(64))
     assert len(reader) == 0  # index loaded before the writers start
-    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, directory, name, str(n), str(go)], cwd=REPO)
-             for name in ("alpha", "beta")]
-    time.sleep(0.5)
-    go.touch()
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, directory, name, str(n)], cwd=REPO,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for name in ("alpha", "beta")]
+    assert [p.stdout.readline().strip() for p in procs] == ["ready", "ready"]
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.close()
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     assert len(reader) == 2 * n
     spans = {name: [e["created"] for e in reader.entries(limit=2 * n) if e["prompt"].startswith(name)]
@@ -224,12 +239,9 @@ def test_lookup_over_10000_entries(tmp_path):
     for i in range(10_000):
         _store(cache, f"entry {i}", answer=f"answer {i}")
     assert len(cache) == 10_000
-    t0 = time.perf_counter()
-    hit = cache.lookup("please entry 4242", SCOPE)
-    elapsed = time.perf_counter() - t0
+    hit = cache.lookup("please entry 4242", SCOPE)  # timings: python -m engine.cache_eval --latency
     assert hit.outcome == "verified" and hit.answer == "answer 4242" and hit.similarity == pytest.approx(1.0)
     assert cache.lookup("something else entirely", SCOPE).outcome == "miss"
-    assert elapsed < 0.5  # one (10000, 384) matmul; typically a few milliseconds
     reopened = SemanticCache(tmp_path / "c", PrefixBlindEmbedder(384))
     assert reopened.lookup("please entry 7", SCOPE).answer == "answer 7"
 

@@ -1,11 +1,23 @@
-"""Tiny randomly initialised fp32 models and a byte tokenizer: the engine's tests need no weights."""
+"""Tiny randomly initialised fp32 models, a byte tokenizer, and the helpers the engine's tests share.
+
+The engine's tests need no weights.
+"""
 from __future__ import annotations
+
+from collections import Counter
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from engine.runner import ModelRunner
+from engine.config import SamplingConfig
+from engine.events import DoneEvent
+from engine.kpolicy import KPolicy
 from engine.models import wrap_model
+from engine.reference import reference_generate
+from engine.runner import ModelRunner
+from engine.sampling import logits_to_probs
+from engine.speculative import speculative_generate
+from engine.stream import TokenStream
 
 VOCAB = 48
 
@@ -21,12 +33,12 @@ class ByteTokenizer:
     def get_vocab(self):
         return {chr(48 + i): i for i in range(VOCAB)}
 
-    def __call__(self, text, add_special_tokens=False):
-        """Any text -> ids 1..VOCAB-1 (so the engine's chat path works on tiny models)."""
-        return {"input_ids": [1 + ord(c) % (VOCAB - 1) for c in text]}
-
     def decode(self, ids, skip_special_tokens=True, clean_up_tokenization_spaces=False):
         return "".join(chr(48 + i) for i in ids if not (skip_special_tokens and i == 0))
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
+        """Any text -> ids 1..VOCAB-1 (never EOS), so a ChatEngine can encode chat prompts."""
+        return {"input_ids": [1 + ord(c) % (VOCAB - 1) for c in text]}
 
 
 def tiny_model(seed: int, vocab: int = VOCAB, base=None, noise: float = 0.0) -> LlamaForCausalLM:
@@ -53,3 +65,42 @@ def tiny_pair(seed: int = 0, noise: float = 0.02):
 
 def cached(loaded) -> ModelRunner:
     return ModelRunner(loaded.model, loaded.vocab_size)
+
+
+def run(gen) -> list:
+    """Every event of a generation; it must end with a DoneEvent."""
+    events = list(gen)
+    assert events[-1].type == "done"
+    return events
+
+
+def new_stream(target, sampling: SamplingConfig) -> TokenStream:
+    return TokenStream(target.tokenizer, target.eos_ids, sampling.max_new_tokens, sampling.stop_on_eos)
+
+
+def speculative_done(target, proposer, policy: KPolicy, prompt: list[int], sampling: SamplingConfig) -> DoneEvent:
+    return run(speculative_generate(cached(target), proposer, prompt, new_stream(target, sampling), sampling,
+                                    k_policy=policy))[-1]
+
+
+def reference_done(target, prompt: list[int], sampling: SamplingConfig) -> DoneEvent:
+    return run(reference_generate(cached(target), prompt, new_stream(target, sampling), sampling))[-1]
+
+
+def sequence_distribution(generate, n: int) -> Counter:
+    return Counter(tuple(generate(i).token_ids) for i in range(n))
+
+
+def exact_sequence_probs(model, prompt: list[int], length: int, sampling: SamplingConfig) -> dict:
+    """Enumerate every continuation of ``length`` tokens with the target's exact probability."""
+    vocab = model.config.vocab_size
+    seqs = torch.cartesian_prod(*[torch.arange(vocab)] * length)  # (vocab**length, length)
+    ids = torch.cat([torch.tensor(prompt).expand(len(seqs), -1), seqs], dim=1)
+    with torch.no_grad():
+        probs = logits_to_probs(model(ids).logits[:, len(prompt) - 1:-1], sampling)  # (n, length, vocab)
+    seq_p = probs.gather(-1, seqs[..., None])[..., 0].prod(-1)
+    return {tuple(s.tolist()): float(p) for s, p in zip(seqs, seq_p)}
+
+
+def total_variation(counts: Counter, exact: dict, n: int) -> float:
+    return 0.5 * sum(abs(counts.get(s, 0) / n - p) for s, p in exact.items())

@@ -3,13 +3,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from engine.config import SamplingConfig
+from engine.config import CacheConfig, SamplingConfig
 from engine.events import CacheEvent, Event
 from engine.models import LoadedModel
 from engine.cache.semantic_cache import CacheHit, SemanticCache, make_scope
 from engine.stream import StatsTracker, TokenStream
-
-CACHE_MODES = ("off", "verify", "direct")
 
 
 def _cacheable(sampling: SamplingConfig) -> bool:
@@ -25,12 +23,13 @@ def chat_scope(target: LoadedModel, sampling: SamplingConfig, messages: list[dic
 
 
 def lookup(cache: SemanticCache | None, target: LoadedModel, messages: list[dict], sampling: SamplingConfig,
-           mode: str, threshold: float | None) -> tuple[CacheHit, CacheEvent]:
-    if cache is None or mode == "off":
+           config: CacheConfig) -> tuple[CacheHit, CacheEvent]:
+    if cache is None or config.mode == "off":
         return CacheHit("miss"), CacheEvent("off", reason="cache is off")
     if not _cacheable(sampling):
         return CacheHit("miss"), CacheEvent("off", reason="sampling without a seed: every answer is a fresh draw")
-    hit = cache.lookup(messages[-1]["content"], chat_scope(target, sampling, messages), mode, threshold)
+    hit = cache.lookup(messages[-1]["content"], chat_scope(target, sampling, messages), config.mode,
+                       config.threshold)
     return hit, hit.to_event()
 
 

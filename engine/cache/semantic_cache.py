@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import diskcache
 import numpy as np
 
-from engine.config import SamplingConfig
+from engine.config import DEFAULT_CACHE_THRESHOLD as DEFAULT_THRESHOLD
+from engine.config import CacheConfig, SamplingConfig
 from engine.cache.embedder import EmbeddingIndex, normalise_rows
 from engine.errors import InvalidSettingError
 from engine.events import CacheEvent
@@ -36,8 +37,6 @@ from engine.cache.guards import failed_guards
 log = logging.getLogger(__name__)
 
 OUTCOMES = ("exact", "verified", "cached", "miss")
-MODES = ("verify", "direct")
-DEFAULT_THRESHOLD = 0.80  # MiniLM: paraphrases sit at 0.81-0.99; unrelated prompts mostly below 0.75
 DEFAULT_SIZE_LIMIT = 512 * 2**20
 _VERSION_KEY = "meta:version"
 _PREFIX = "e:"
@@ -45,10 +44,10 @@ _TAG = "entry"
 
 
 def _check_mode_and_threshold(mode: str, threshold: float) -> None:
-    if mode not in MODES:
-        raise InvalidSettingError(f"cache mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if not 0.0 < threshold <= 1.0:
-        raise InvalidSettingError(f"cache threshold must be in (0, 1], got {threshold}")
+    """The rules live in engine/config.py (CacheConfig); a lookup itself is never "off"."""
+    CacheConfig(mode, threshold)
+    if mode == "off":
+        raise InvalidSettingError("a cache lookup needs mode 'verify' or 'direct'; 'off' skips the lookup")
 
 
 def normalise_prompt(prompt: str) -> str:
@@ -105,13 +104,15 @@ def _is_corruption(err: BaseException) -> bool:
 class SemanticCache:
     """Exact + semantic prompt cache on disk. See the module docstring."""
 
-    def __init__(self, directory: str | os.PathLike, embedder, threshold: float = DEFAULT_THRESHOLD,
-                 mode: str = "verify", size_limit_bytes: int = DEFAULT_SIZE_LIMIT, ttl_s: float | None = None):
+    def __init__(self, directory: str | os.PathLike, embedder, *, threshold: float = DEFAULT_THRESHOLD,
+                 mode: str = "verify", size_limit_bytes: int = DEFAULT_SIZE_LIMIT, ttl_s: float | None = None,
+                 clock=time.time):
+        """``clock`` (unix seconds) dates entries and decides their TTL; tests pass a fake one."""
         _check_mode_and_threshold(mode, threshold)
         if size_limit_bytes <= 0 or (ttl_s is not None and ttl_s <= 0):
             raise InvalidSettingError("cache size limit and TTL must be positive")
         self.directory, self.threshold, self.mode = os.fspath(directory), float(threshold), mode
-        self.size_limit_bytes, self.ttl_s = int(size_limit_bytes), ttl_s
+        self.size_limit_bytes, self.ttl_s, self._clock = int(size_limit_bytes), ttl_s, clock
         self._embedder = embedder
         self._index, self._version = EmbeddingIndex(), None  # None: reload at the next sync
         self._counts: Counter = Counter()
@@ -159,13 +160,17 @@ class SemanticCache:
 
     def _get(self, key: str) -> dict | None:
         try:
-            return self._cache.get(_PREFIX + key)
+            rec = self._cache.get(_PREFIX + key)
         except sqlite3.Error:
             raise
         except Exception as err:  # an entry that no longer unpickles: drop it, keep the cache
             log.warning("dropping unreadable cache entry %s: %s", key, err)
             self._cache.delete(_PREFIX + key)
             return None
+        if rec is not None and self.ttl_s is not None and self._clock() - rec["created"] >= self.ttl_s:
+            self._cache.delete(_PREFIX + key)  # expired by our clock (diskcache's expire uses the real one)
+            return None
+        return rec
 
     def _bump(self) -> bool:
         """Increment the shared version; True when no other process wrote since our last sync."""
@@ -230,7 +235,7 @@ class SemanticCache:
         key, vec = entry_key(scope, prompt), self._embed(prompt)
         rec = {"prompt": prompt, "scope": scope, "answer": answer,
                "answer_token_ids": [int(t) for t in answer_token_ids], "embedding": vec.astype(np.float32).tobytes(),
-               "created": time.time(), "meta": dict(meta or {})}
+               "created": self._clock(), "meta": dict(meta or {})}
 
         def write() -> None:
             self._cache.set(_PREFIX + key, rec, expire=self.ttl_s, tag=_TAG)
@@ -257,7 +262,7 @@ class SemanticCache:
     def entries(self, limit: int = 50) -> list[dict]:
         """Newest first: key, prompt, answer preview, scope, created (unix seconds)."""
         def collect() -> list[dict]:
-            self._cache.expire()
+            self._expire()
             recs = []
             for raw_key in self._cache.iterkeys():
                 if isinstance(raw_key, str) and raw_key.startswith(_PREFIX):
@@ -268,10 +273,17 @@ class SemanticCache:
             return sorted(recs, key=lambda r: -r["created"])[:limit]
         return self._call(collect)
 
+    def _expire(self) -> None:
+        self._cache.expire()
+        if self.ttl_s is not None:  # reading an entry drops it once it is older than the TTL
+            for raw_key in list(self._cache.iterkeys()):
+                if isinstance(raw_key, str) and raw_key.startswith(_PREFIX):
+                    self._get(raw_key[len(_PREFIX):])
+
     def __len__(self) -> int:
         """Live entries on disk. Also resyncs the index when TTL or the size limit removed entries."""
         def count() -> int:
-            self._cache.expire()
+            self._expire()
             n = sum(1 for k in self._cache.iterkeys() if isinstance(k, str) and k.startswith(_PREFIX))
             self._sync()
             if n != len(self._index):  # evicted or expired without a version bump

@@ -1,4 +1,5 @@
 """Proposer registry: name -> factory. Siblings, not subclasses."""
+from engine.config import PROPOSER_NAMES
 from engine.proposers.base import EMPTY_DRAFT, Draft, Proposer
 from engine.proposers.draft_model import DraftModelProposer
 from engine.proposers.hybrid import HybridProposer
@@ -26,6 +27,8 @@ PROPOSERS = {  # factory(draft runner, adaptive) -> proposer
     "hybrid": lambda draft, adaptive: HybridProposer(NgramProposer(max_ngram=5, min_ngram=3),
                                                      _draft_model(draft, adaptive)),
 }
+
+assert tuple(PROPOSERS) == PROPOSER_NAMES, "engine/config.py PROPOSER_NAMES must list the registry keys"
 
 __all__ = ["Draft", "EMPTY_DRAFT", "Proposer", "PROPOSERS", "DraftModelProposer", "NgramProposer",
            "HybridProposer", "CONFIDENCE_CUTOFF"]

@@ -1,7 +1,8 @@
 """The proposer interface. A proposer guesses the next tokens; the target decides (engine/verify.py).
 
 Siblings, not subclasses: draft model, n-gram lookup, cached answer, hybrid. Each is a small class with
-``reset``, ``propose`` and ``feedback``; the loop in engine/speculative.py only sees this protocol.
+``reset`` and ``propose``; the loop in engine/speculative.py only sees this protocol. How many draft
+tokens to ask for is the k policy's business (engine/kpolicy.py, fed by the loop), not the proposer's.
 """
 from __future__ import annotations
 
@@ -38,6 +39,3 @@ class Proposer(Protocol):
 
     def propose(self, context_ids: list[int], k: int) -> Draft:
         """Up to ``k`` tokens that may follow ``context_ids`` (prompt + everything emitted so far)."""
-
-    def feedback(self, n_accepted: int, n_proposed: int) -> None:
-        """How many of the last draft's tokens the target kept."""

@@ -22,7 +22,6 @@ class CachedAnswerProposer:
         self.fallback = fallback
         self.span = span  # chunk length: a 1.5B verify of 33 tokens costs little more than of 1 on CPU
         self.prompt_len = 0
-        self.last_source = "cache"
 
     def reset(self, prompt_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
         self.prompt_len = len(prompt_ids)
@@ -35,12 +34,4 @@ class CachedAnswerProposer:
             tokens = self.answer_ids[n:n + self.span]
         else:  # re-align: continue after the latest occurrence of our suffix inside the cached answer
             tokens = ngram_lookup(context_ids, self.span, source=self.answer_ids)
-        if tokens:
-            self.last_source = "cache"
-            return Draft(tokens)
-        self.last_source = "fallback"
-        return self.fallback.propose(context_ids, k)
-
-    def feedback(self, n_accepted: int, n_proposed: int) -> None:
-        if self.last_source == "fallback":
-            self.fallback.feedback(n_accepted, n_proposed)
+        return Draft(tokens) if tokens else self.fallback.propose(context_ids, k)

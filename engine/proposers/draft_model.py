@@ -43,6 +43,3 @@ class DraftModelProposer:
                 break
             feed = [token]
         return Draft(tokens, torch.stack(q_rows))  # q: (len(tokens), vocab)
-
-    def feedback(self, n_accepted: int, n_proposed: int) -> None:
-        """The draft cache is re-synced on the next ``propose``; nothing to learn here."""

@@ -15,7 +15,6 @@ class HybridProposer:
     def __init__(self, lookup: NgramProposer, model: DraftModelProposer, lookup_span: int = 16):
         self.lookup, self.model = lookup, model
         self.lookup_span = lookup_span  # lookup drafts are free to make, so they may be longer than k
-        self.last_source = "model"
 
     def reset(self, prompt_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
         self.lookup.reset(prompt_ids, sampling, generator)
@@ -23,11 +22,4 @@ class HybridProposer:
 
     def propose(self, context_ids: list[int], k: int) -> Draft:
         draft = self.lookup.propose(context_ids, max(k, self.lookup_span))
-        if len(draft):
-            self.last_source = "lookup"
-            return draft
-        self.last_source = "model"
-        return self.model.propose(context_ids, k)
-
-    def feedback(self, n_accepted: int, n_proposed: int) -> None:
-        (self.lookup if self.last_source == "lookup" else self.model).feedback(n_accepted, n_proposed)
+        return draft if len(draft) else self.model.propose(context_ids, k)

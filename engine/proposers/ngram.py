@@ -41,6 +41,3 @@ class NgramProposer:
     def propose(self, context_ids: list[int], k: int) -> Draft:
         tokens = ngram_lookup(context_ids, k, self.max_ngram, self.min_ngram)
         return Draft(tokens) if tokens else EMPTY_DRAFT
-
-    def feedback(self, n_accepted: int, n_proposed: int) -> None:
-        """Nothing to adapt: a wrong lookup costs only a slightly longer verify."""

@@ -1,0 +1,166 @@
+"""The engine on its own: settings validated once, safe under threads, final text = streamed text."""
+import math
+import threading
+
+import pytest
+
+from engine.config import PROPOSER_NAMES, CacheConfig, SamplingConfig, SpecConfig
+from engine.errors import InvalidSettingError
+from engine.events import final_done
+from engine.proposers import PROPOSERS
+from engine.session import ChatEngine
+from engine.stream import TokenStream
+from tests.tiny import tiny_pair
+
+NAN = math.nan
+
+
+# -- settings: types and ranges, checked once in engine/config.py -------------------------------------------
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(seed="abc"), "seed"), (dict(seed=2**70), "seed"), (dict(seed=-1), "seed"), (dict(seed=True), "seed"),
+    (dict(seed=3.0), "seed"), (dict(top_k=2.5), "top_k"), (dict(top_k=True), "top_k"), (dict(top_k=-1), "top_k"),
+    (dict(max_new_tokens=3.5), "max_new_tokens"), (dict(max_new_tokens=True), "max_new_tokens"),
+    (dict(max_new_tokens=0), "max_new_tokens"), (dict(temperature="0.5"), "temperature"),
+    (dict(temperature=NAN), "temperature"), (dict(temperature=math.inf), "temperature"),
+    (dict(temperature=True), "temperature"), (dict(top_p=NAN), "top_p"), (dict(top_p=0.0), "top_p"),
+    (dict(stop_on_eos="yes"), "stop_on_eos"),
+])
+def test_sampling_config_rejects_bad_types_and_ranges(kwargs, field):
+    with pytest.raises(InvalidSettingError, match=field):
+        SamplingConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(k=True), "k"), (dict(k=2.5), "k"), (dict(k=0), "k"), (dict(proposer="oracle"), "proposer"),
+    (dict(adaptive="yes"), "adaptive"), (dict(k_min=NAN), "k_min"), (dict(k_max="3"), "k_max"),
+    (dict(k_min=5, k_max=2), "k_min <= k_max"),
+])
+def test_spec_config_rejects_bad_types_and_ranges(kwargs, field):
+    with pytest.raises(InvalidSettingError, match=field):
+        SpecConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [dict(mode="sometimes"), dict(mode=None), dict(threshold=NAN),
+                                    dict(threshold="0.8"), dict(threshold=True), dict(threshold=0.0)])
+def test_cache_config_rejects_bad_modes_and_thresholds(kwargs):
+    with pytest.raises(InvalidSettingError, match="cache"):
+        CacheConfig(**kwargs)
+
+
+def test_valid_edges_are_accepted():
+    assert SamplingConfig(seed=2**63 - 1, temperature=1, top_k=40).seed == 2**63 - 1
+    assert SpecConfig(k=64, k_max=64).k == 64 and CacheConfig("direct", 1.0).threshold == 1.0
+    assert set(PROPOSER_NAMES) == set(PROPOSERS)  # names the app offers without importing torch
+
+
+# -- final text ----------------------------------------------------------------------------------------------
+class Utf8Bytes:
+    """Token id = one byte; decoding replaces an incomplete character with U+FFFD, like real tokenizers."""
+
+    def decode(self, ids, skip_special_tokens=True, clean_up_tokenization_spaces=False):
+        return bytes(ids).decode("utf-8", errors="replace")
+
+
+@pytest.mark.parametrize("text", ["ok 🎉 done", "שלום עולם"])
+def test_done_text_is_the_streamed_text_when_the_limit_cuts_a_character(text):
+    data = text.encode()
+    for limit in range(1, len(data) + 1):
+        stream = TokenStream(Utf8Bytes(), frozenset(), limit, stop_on_eos=False)
+        pieces = [event.text for event in (stream.emit(b, "target", 0) for b in data) if event is not None]
+        done = stream.done(None)
+        assert done.text == "".join(pieces) and "\ufffd" not in done.text and text.startswith(done.text)
+        assert done.finish_reason == "length" and len(done.token_ids) == limit
+
+
+# -- threads -------------------------------------------------------------------------------------------------
+GREEDY = SamplingConfig(max_new_tokens=16, stop_on_eos=False)
+SPEC = SpecConfig(k=3)
+PROMPTS = ("first question", "second question")
+
+
+def ask(prompt: str) -> list[dict]:
+    return [{"role": "user", "content": prompt}]
+
+
+def single_threaded_answers(pair) -> dict[str, tuple[int, ...]]:
+    engine = ChatEngine()
+    engine.use_models(*pair)
+    return {p: final_done(engine.generate(ask(p), GREEDY, SPEC)).token_ids for p in PROMPTS}
+
+
+def test_two_chats_and_a_pair_switch_never_mix_pairs():
+    pairs = {"a": tiny_pair(0), "b": tiny_pair(7)}
+    expected = {name: single_threaded_answers(pair) for name, pair in pairs.items()}
+    assert all(expected["a"][p] != expected["b"][p] for p in PROMPTS)  # else the test could not tell them apart
+    engine = ChatEngine()
+    engine.use_models(*pairs["a"])
+    mid_answer, switched = threading.Event(), threading.Event()
+    results, errors = [], []
+
+    def chat(prompt: str, rounds: int) -> None:
+        try:
+            for _ in range(rounds):
+                pair_name = "a" if engine.pair.target is pairs["a"][0] else "b"
+                events = engine.generate(ask(prompt), GREEDY, SPEC)
+                head = [next(events) for _ in range(4)]  # cache event, tokens: the request has read its pair
+                mid_answer.set()
+                switched.wait(timeout=60)
+                done = final_done([*head, *events])
+                results.append((prompt, done.token_ids, expected[pair_name][prompt]))
+        except Exception as err:  # reported below, with the thread's traceback
+            errors.append(err)
+
+    def switcher() -> None:
+        for name in ("b", "a"):
+            mid_answer.wait(timeout=60)
+            engine.use_models(*pairs[name])
+            switched.set()
+
+    threads = [threading.Thread(target=chat, args=(p, 2)) for p in PROMPTS] + [threading.Thread(target=switcher)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+    assert len(results) == 4
+    for prompt, got, want in results:
+        assert got == want, prompt
+
+
+def test_a_paused_generation_does_not_block_another_in_the_same_thread():
+    """The engine lock is never held across a yield: no call order can deadlock (e.g. measuring a baseline
+    while a chat generator is open)."""
+    pair = tiny_pair(3)
+    expected = single_threaded_answers(pair)
+    engine = ChatEngine()
+    engine.use_models(*pair)
+    outcome = {}
+
+    def interleave() -> None:
+        paused = engine.generate(ask(PROMPTS[0]), GREEDY, SPEC)
+        head = [next(paused) for _ in range(3)]
+        outcome["other"] = final_done(engine.generate(ask(PROMPTS[1]), GREEDY, SPEC)).token_ids
+        outcome["reference"] = final_done(engine.generate_reference(ask(PROMPTS[1]), GREEDY)).token_ids
+        outcome["paused"] = final_done([*head, *paused]).token_ids
+
+    worker = threading.Thread(target=interleave, daemon=True)
+    worker.start()
+    worker.join(timeout=300)
+    assert not worker.is_alive(), "deadlock: a paused generation kept the engine lock"
+    assert outcome == {"other": expected[PROMPTS[1]], "reference": expected[PROMPTS[1]],
+                       "paused": expected[PROMPTS[0]]}
+
+
+def test_cancel_ends_an_engine_generation_with_the_cancelled_reason():
+    engine = ChatEngine()
+    engine.use_models(*tiny_pair(1))
+    cancel = threading.Event()
+    events = engine.generate(ask("stop me"), SamplingConfig(max_new_tokens=200, stop_on_eos=False), SPEC,
+                             cancel=cancel)
+    steps = 0
+    for event in events:
+        if event.type == "stats":
+            steps += 1
+            if steps == 2:
+                cancel.set()
+    assert event.type == "done" and event.finish_reason == "cancelled" and event.stats.steps == 2

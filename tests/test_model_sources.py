@@ -1,0 +1,53 @@
+"""Bad model names and files fail at once with the engine's own errors, and leave nothing half-made."""
+import pytest
+
+from engine.errors import EngineError, ModelFormatError, UnknownModelError
+from engine.models import ALLOW_DOWNLOADS_ENV, hub_source, resolve_source
+
+
+@pytest.fixture
+def cache_root(tmp_path, monkeypatch):
+    root = tmp_path / "speclens-cache"
+    monkeypatch.setenv("SPECLENS_CACHE_DIR", str(root))
+    return root
+
+
+@pytest.mark.parametrize("content", [b"", b"hello, I am a text file\n", b"GGU"])
+def test_a_gguf_name_that_is_not_gguf_is_refused_before_converting(tmp_path, cache_root, capsys, content):
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(content)
+    with pytest.raises(ModelFormatError, match="not a GGUF model file"):
+        resolve_source(str(fake))
+    assert "Converting" not in capsys.readouterr().out
+    assert not (cache_root / "models").exists() or not any((cache_root / "models").iterdir())
+    assert issubclass(ModelFormatError, EngineError)  # the app shows it as a readable message
+
+
+def test_an_uncached_hub_id_fails_at_once_offline(monkeypatch):
+    monkeypatch.delenv(ALLOW_DOWNLOADS_ENV, raising=False)
+    with pytest.raises(UnknownModelError, match=f"not available offline.*{ALLOW_DOWNLOADS_ENV}=1"):
+        resolve_source("speclens-tests/no-such-model-anywhere")
+
+
+def test_a_name_with_one_slash_that_is_no_repo_id_is_an_unknown_model(monkeypatch):
+    monkeypatch.delenv(ALLOW_DOWNLOADS_ENV, raising=False)
+    with pytest.raises(UnknownModelError, match="unknown model"):
+        resolve_source("<img src=x onerror=alert(1)><b>bold</b>")
+
+
+def test_downloads_can_be_allowed(monkeypatch):
+    monkeypatch.setenv(ALLOW_DOWNLOADS_ENV, "1")
+    assert hub_source("speclens-tests/no-such-model-anywhere") == "speclens-tests/no-such-model-anywhere"
+
+
+def test_a_cached_hub_id_resolves_to_its_local_snapshot(tmp_path, monkeypatch):
+    import huggingface_hub.constants as hub_constants
+
+    snapshot = tmp_path / "models--org--tiny" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (tmp_path / "models--org--tiny" / "refs").mkdir()
+    (tmp_path / "models--org--tiny" / "refs" / "main").write_text("abc123")
+    monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.delenv(ALLOW_DOWNLOADS_ENV, raising=False)
+    assert resolve_source("org/tiny") == str(snapshot)

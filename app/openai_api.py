@@ -1,8 +1,8 @@
 """OpenAI-compatible routes on the app's own server: POST /v1/chat/completions and GET /v1/models.
 
 They go through the same ChatEngine as the browser UI: the same semantic cache, and the same lock that lets
-one decoding step at a time run on the models. ``create_server`` builds the FastAPI app with these routes and mounts the Gradio
-Blocks at "/", so the UI and the API share one host and port.
+one decoding step at a time run on the models. ``create_server`` builds the FastAPI app with these routes and
+mounts the Gradio Blocks at "/", so the UI and the API share one host and port.
 """
 from __future__ import annotations
 

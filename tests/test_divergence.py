@@ -65,7 +65,8 @@ TIE_PROMPT = "Write a Python function that checks whether a number is prime."
 def test_bf16_divergence_is_a_rounding_tie_and_fp32_is_identical():
     engine = ChatEngine()
     engine.load_pair("smollm2-135m-instruct", "smollm2-135m-instruct", "bf16", "bf16")
-    messages, sampling, spec = [{"role": "user", "content": TIE_PROMPT}], SamplingConfig(max_new_tokens=20), SpecConfig(k=4)
+    messages, sampling = [{"role": "user", "content": TIE_PROMPT}], SamplingConfig(max_new_tokens=20)
+    spec = SpecConfig(k=4)
     reference = [e for e in engine.generate_reference(messages, sampling) if e.type == "done"][0].token_ids
     other = [e for e in engine.generate(messages, sampling, spec, cache=CACHE_OFF) if e.type == "done"][0].token_ids
     if reference == other:

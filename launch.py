@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
+import webbrowser
 
 # A local app calls nobody: no Gradio analytics or version check, no Hugging Face telemetry. Set before any
 # gradio import (app/ui.py also builds its Blocks with analytics_enabled=False).
@@ -33,6 +35,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="precision of the target (default: bf16 on CPU, nf4 on GPU)")
     p.add_argument("--draft-precision", choices=PRECISIONS, default=None,
                    help="precision of the draft (default: int8-dynamic on CPU, nf4 on GPU)")
+    p.add_argument("--api-key", default=os.environ.get("SPECLENS_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' on the OpenAI-compatible /v1 routes "
+                        "(default: $SPECLENS_API_KEY; unset: no key needed)")
     p.add_argument("--cache-dir", default=None,
                    help="directory for converted models, the semantic cache and the measured target-only "
                         "speeds (sets SPECLENS_CACHE_DIR; default: $SPECLENS_CACHE_DIR or ~/.cache/speclens)")
@@ -110,7 +115,10 @@ def main(argv: list[str] | None = None) -> None:
         os.environ["SPECLENS_CACHE_DIR"] = cache_dir
     engine = load_engine(args)
 
+    import uvicorn
+
     from app.context import AppContext
+    from app.openai_api import create_server
     from app.ui import build_demo, launch_kwargs
 
     ctx = AppContext(engine)
@@ -119,9 +127,22 @@ def main(argv: list[str] | None = None) -> None:
     print(f"[speclens] target-only: {baseline['tokens_per_s']:.1f} tok/s ({baseline['how']})", flush=True)
     demo = build_demo(ctx)
     demo.queue(default_concurrency_limit=1)
-    print(f"[speclens] serving on http://{args.host}:{args.port}", flush=True)
-    demo.launch(server_name=args.host, server_port=args.port, inbrowser=not args.no_browser,
-                show_error=True, **launch_kwargs())
+    app = create_server(ctx, demo, args.api_key, server_name=args.host, server_port=args.port, show_error=True,
+                        **launch_kwargs())
+    url = f"http://{args.host}:{args.port}"
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
+    if not args.no_browser:
+        threading.Thread(target=_open_when_started, args=(server, url), daemon=True).start()
+    key_note = " (API key required)" if args.api_key else ""
+    print(f"[speclens] serving on {url} — OpenAI-compatible API at {url}/v1{key_note}", flush=True)
+    server.run()
+
+
+def _open_when_started(server, url: str) -> None:
+    while not server.started and not server.should_exit:
+        time.sleep(0.2)
+    if server.started:
+        webbrowser.open(url)
 
 
 if __name__ == "__main__":

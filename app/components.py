@@ -8,6 +8,7 @@ from app.stats_view import SERIES_COLORS
 from app.settings import UISettings, model_choices
 from engine.config import AUTO, CACHE_MODES, MAX_K, MAX_NEW_TOKENS, PRECISIONS, PROPOSER_NAMES
 
+ANSWER_VIEWS = ("rendered", "tokens")
 PRECISION_CHOICES = [AUTO, *PRECISIONS]
 
 
@@ -46,8 +47,10 @@ def create_decoding_panel() -> dict:
             seed = gr.Textbox("", label="seed (blank = random)", elem_id="seed", min_width=80, max_lines=1)
         show_rejected = gr.Checkbox(d.show_rejected, label="show rejected draft tokens (struck through)",
                                     elem_id="show-rejected")
+        answer_view = gr.Radio(list(ANSWER_VIEWS), value=ANSWER_VIEWS[0], label="answer view",
+                               elem_id="answer-view", info="rendered: Markdown with the colours; tokens: raw text")
     return dict(proposer=proposer, k=k, adaptive=adaptive, temperature=temperature, top_p=top_p,
-                max_new_tokens=max_new, seed=seed, show_rejected=show_rejected)
+                max_new_tokens=max_new, seed=seed, show_rejected=show_rejected, answer_view=answer_view)
 
 
 def create_cache_controls(engine) -> dict:

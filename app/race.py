@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 import contextlib
+import tempfile
 
 import gradio as gr
 
 from app import toast
 from app.components import read_settings
 from app.context import AppContext, session_id
+from app.divergence_view import divergence_html, proof_html
 from app.render import error_html, error_message
 from app.settings import UISettings, sampling_config, spec_config
-from app.turn import Turn
+from app.turn import Turn, trace_document, write_trace
 from engine.config import CACHE_OFF
 
 
@@ -24,6 +26,12 @@ def create_race_tab() -> dict:
         stop = gr.Button("Stop", variant="stop", scale=1, elem_id="race-stop")
     summary = gr.HTML(elem_id="race-summary")
     with gr.Row():
+        prove = gr.Button("Prove it: both decodes again in fp32", visible=False, elem_id="race-prove", size="sm")
+        export = gr.Button("Export race trace (JSON)", size="sm", elem_id="race-export")
+    proof = gr.HTML(elem_id="race-proof")
+    trace_file = gr.File(label="Race trace", visible=False, elem_id="race-trace-file")
+    trace = gr.State({})  # the last race: its prompt, settings, both answers' events and the divergence
+    with gr.Row():
         with gr.Column():
             gr.Markdown("#### Target only")
             ref_out = gr.HTML(elem_id="race-target", elem_classes=["race-answer"])
@@ -31,7 +39,8 @@ def create_race_tab() -> dict:
             gr.Markdown("#### Speculative")
             spec_out = gr.HTML(elem_id="race-spec", elem_classes=["race-answer"])
     return dict(race_prompt=prompt, race_run=run, race_stop=stop, race_summary=summary, race_target=ref_out,
-                race_spec=spec_out)
+                race_spec=spec_out, race_prove=prove, race_proof=proof, race_export=export, race_trace=trace,
+                race_trace_file=trace_file)
 
 
 def _side(turn: Turn, streaming: bool) -> str:
@@ -51,7 +60,8 @@ def _pump(events, turn: Turn, out):
                 yield {out: _side(turn, streaming=event.type != "done")}
 
 
-def race_summary(ref: Turn, spec: Turn, greedy: bool) -> str:
+def race_summary(ref: Turn, spec: Turn, greedy: bool, divergence=None) -> str:
+    """Speeds, speedup and the identity check; a divergence (engine.divergence.Divergence) is explained."""
     if ref.done is None or spec.done is None or "cancelled" in (ref.finish_reason, spec.finish_reason):
         return '<div class="race-summary">Race stopped before both runs finished.</div>'
     r, p = ref.done.stats, spec.done.stats
@@ -68,7 +78,8 @@ def race_summary(ref: Turn, spec: Turn, greedy: bool) -> str:
     verdict = "faster" if factor >= 1 else "slower"
     return (f'<div class="race-summary"><b>Speculative is {factor:.2f}× the target-only speed ({verdict})</b> · '
             f"target only {r.elapsed_s:.2f} s ({r.tokens_per_s:.1f} tok/s) · speculative {p.elapsed_s:.2f} s "
-            f"({p.tokens_per_s:.1f} tok/s, acceptance {p.acceptance_rate:.0%}) · {check}</div>")
+            f"({p.tokens_per_s:.1f} tok/s, acceptance {p.acceptance_rate:.0%}) · {check}"
+            f"{divergence_html(divergence)}</div>")
 
 
 def _start_reference(ctx: AppContext, messages: list[dict], s: UISettings, flag):
@@ -76,6 +87,20 @@ def _start_reference(ctx: AppContext, messages: list[dict], s: UISettings, flag)
     sampling, spec_cfg = sampling_config(s), spec_config(s)
     ref_events = ctx.engine.generate_reference(messages, sampling, cancel=flag)
     return sampling, spec_cfg, ref_events, next(ref_events)
+
+
+def _explain(ctx: AppContext, messages: list[dict], sampling, ref: Turn, spec: Turn):
+    """The engine's account of the first differing token, when a finished greedy race differs."""
+    if not sampling.greedy or ref.done is None or spec.done is None or ref.done.token_ids == spec.done.token_ids:
+        return None
+    if "cancelled" in (ref.finish_reason, spec.finish_reason):
+        return None
+    return ctx.engine.explain_divergence(messages, sampling, list(ref.done.token_ids), list(spec.done.token_ids))
+
+
+def race_trace(ref: Turn, spec: Turn, messages: list[dict], pair: dict | None, s: UISettings, divergence) -> dict:
+    """The speculative answer's trace, with the target-only events and the divergence explained."""
+    return trace_document(spec, messages, pair, s.to_dict(), divergence=divergence, reference=ref)
 
 
 def run_race(ctx: AppContext, elems: dict, prompt: str, s: UISettings, session: str):
@@ -100,13 +125,29 @@ def _race(ctx: AppContext, elems: dict, prompt: str, s: UISettings, session: str
     ref.add(first)
     with ctx.cancels.scope(session, flag):
         yield {elems["race_summary"]: '<div class="race-summary">Running the target alone…</div>',
-               elems["race_target"]: "", elems["race_spec"]: "", elems["error_box"]: error_html(None)}
+               elems["race_target"]: "", elems["race_spec"]: "", elems["error_box"]: error_html(None),
+               elems["race_proof"]: "", elems["race_prove"]: gr.update(visible=False)}
         yield from _pump(ref_events, ref, elems["race_target"])
         if not flag.is_set():
             yield {elems["race_summary"]: '<div class="race-summary">Running speculative decoding…</div>'}
             spec_events = ctx.engine.generate(messages, sampling, spec_cfg, cache=CACHE_OFF, cancel=flag)
             yield from _pump(spec_events, spec, elems["race_spec"])
-        yield {elems["race_summary"]: race_summary(ref, spec, sampling.greedy)}
+        divergence = _explain(ctx, messages, sampling, ref, spec)
+        yield {elems["race_summary"]: race_summary(ref, spec, sampling.greedy, divergence),
+               elems["race_prove"]: gr.update(visible=divergence is not None),
+               elems["race_trace"]: race_trace(ref, spec, messages, ctx.pair(), s, divergence)}
+
+
+def prove_race(ctx: AppContext, elems: dict, trace: dict):
+    """Re-run the last race's prompt with fp32 copies of the pair and say whether the answers now agree."""
+    if not trace or not trace.get("messages"):
+        return {elems["race_proof"]: error_html("run a race first")}
+    s = UISettings(**trace["settings"])
+    try:
+        proof = ctx.engine.prove_fp32(trace["messages"], sampling_config(s), spec_config(s))
+    except Exception as err:  # EngineError: a readable message; anything else: still keep the app alive
+        return {elems["race_proof"]: error_html(error_message(err))}
+    return {elems["race_proof"]: proof_html(proof), elems["race_trace"]: {**trace, "fp32_proof": proof.to_dict()}}
 
 
 def make_race_handlers(ctx: AppContext, elems: dict) -> dict:
@@ -117,5 +158,15 @@ def make_race_handlers(ctx: AppContext, elems: dict) -> dict:
     def stop(request: gr.Request):
         ctx.cancels.cancel(session_id(request))
 
-    return dict(race=race, race_stop=stop)
+    def prove(trace: dict):
+        return prove_race(ctx, elems, trace)
+
+    def export(trace: dict):
+        if not trace or not trace.get("events"):
+            toast.warn("no race to export yet")
+            return gr.update(value=None, visible=False)
+        path = tempfile.NamedTemporaryFile(prefix="speclens-race-", suffix=".json", delete=False).name
+        return gr.update(value=write_trace(trace, path), visible=True)
+
+    return dict(race=race, race_stop=stop, race_prove=prove, race_export=export)
 

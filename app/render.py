@@ -92,9 +92,15 @@ def render_finish(finish_reason: str | None) -> str:
 
 
 def render_answer(tokens: list[TokenEvent], cache: CacheEvent | None = None, finish_reason: str | None = None,
-                  streaming: bool = False) -> str:
-    """The assistant message: cache note, coloured tokens, and why it stopped."""
-    body = render_tokens(tokens) or '<span class="tok-wait">…</span>'
+                  streaming: bool = False, markdown_html: str | None = None) -> str:
+    """The assistant message: cache note, coloured tokens, and why it stopped.
+
+    With ``markdown_html`` (app.markdown_view) the message holds both views, the rendered Markdown and the raw
+    tokens; CSS shows one of them (the "view-tokens" class on the chat switches to the raw tokens)."""
+    wait = '<span class="tok-wait">…</span>'
+    body = render_tokens(tokens) or wait
+    if markdown_html is not None:
+        body = f'<div class="md-view">{markdown_html or wait}</div><div class="raw-view">{body}</div>'
     css = "tokstream streaming" if streaming else "tokstream"
     return f'{render_cache_note(cache)}<div class="{css}">{body}</div>{render_finish(finish_reason)}'
 

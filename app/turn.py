@@ -5,6 +5,8 @@ import json
 import time
 from dataclasses import dataclass, field
 
+from app.divergence_view import divergence_text
+from app.markdown_view import render_markdown
 from app.render import render_answer
 from engine.events import CacheEvent, DoneEvent, StatsEvent, TokenEvent
 
@@ -51,8 +53,10 @@ class Turn:
         return self.done.finish_reason if self.done is not None else None
 
     def html(self, streaming: bool = False) -> str:
-        """Always with the rejected draft tokens: the "show rejected" switch hides them with CSS."""
-        return render_answer(self.tokens, self.cache, self.finish_reason, streaming=streaming)
+        """Both views (Markdown and raw tokens), always with the rejected draft tokens: the "show rejected"
+        and "answer view" switches pick what shows with CSS."""
+        return render_answer(self.tokens, self.cache, self.finish_reason, streaming=streaming,
+                             markdown_html=render_markdown(self.tokens))
 
     def kind_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -61,11 +65,20 @@ class Turn:
         return counts
 
 
-def trace_document(turn: Turn, messages: list[dict], pair: dict | None, settings: dict) -> dict:
-    """What the export writes: the pair, the settings, the conversation, and every event of the answer."""
-    return {"format": "speclens-trace/1", "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "pair": pair, "settings": settings, "messages": messages,
-            "events": turn.events}  # the live list: the document grows with the answer
+def trace_document(turn: Turn, messages: list[dict], pair: dict | None, settings: dict, divergence=None,
+                   reference: Turn | None = None) -> dict:
+    """What the export writes: the pair, the settings, the conversation, and every event of the answer.
+
+    A race adds the target-only answer's events (``reference``) and, where the two differ, the divergence
+    (engine.divergence.Divergence) with its explanation in words."""
+    doc = {"format": "speclens-trace/1", "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+           "pair": pair, "settings": settings, "messages": messages,
+           "events": turn.events}  # the live list: the document grows with the answer
+    if reference is not None:
+        doc["target_only_events"] = reference.events
+    if divergence is not None:
+        doc["divergence"] = {**divergence.to_dict(), "explanation": divergence_text(divergence)}
+    return doc
 
 
 def write_trace(doc: dict, path) -> str:

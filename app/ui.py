@@ -12,6 +12,7 @@ from app.components import (create_cache_controls, create_chat_panel, create_dec
                             create_stats_panel, settings_fields)
 from app.context import AppContext
 from app.examples import example_inputs, example_labels
+from app.markdown_view import pygments_css
 from app.pair import make_pair_handlers, pair_status_html
 from app.race import create_race_tab, make_race_handlers
 from app.stats_view import render_stats
@@ -73,24 +74,34 @@ def wire_chat(ctx: AppContext, e: dict) -> None:
                    api_visibility="private", show_progress="hidden")
 
 
+def view_classes(base: list[str], show_rejected: bool, answer_view: str) -> list[str]:
+    return base + ([] if show_rejected else ["hide-rejected"]) + (["view-tokens"] if answer_view == "tokens" else [])
+
+
 def wire_ghosts(e: dict) -> None:
-    """The "show rejected draft tokens" switch: a CSS class on the answer views, so it applies to old answers too."""
+    """The "show rejected draft tokens" and "answer view" switches: CSS classes on the answer views, so they
+    apply to old answers too."""
     base = {"chatbot": [], "race_target": ["race-answer"], "race_spec": ["race-answer"]}
     views = [e[name] for name in base]
 
-    def toggle(show: bool):
-        return [gr.update(elem_classes=classes + ([] if show else ["hide-rejected"])) for classes in base.values()]
+    def toggle(show: bool, answer_view: str):
+        return [gr.update(elem_classes=view_classes(classes, show, answer_view)) for classes in base.values()]
 
-    e["show_rejected"].change(toggle, [e["show_rejected"]], views, queue=False, api_visibility="private")
+    for switch in (e["show_rejected"], e["answer_view"]):
+        switch.change(toggle, [e["show_rejected"], e["answer_view"]], views, queue=False, api_visibility="private")
 
 
 def wire_race(ctx: AppContext, e: dict) -> None:
     h = make_race_handlers(ctx, e)
     inputs = {*settings_fields(e).values(), e["race_prompt"]}
     outputs = [e[n] for n in ("race_summary", "race_target", "race_spec", "error_box")]
+    outputs += [e[n] for n in ("race_prove", "race_proof", "race_trace")]
     race = gr.on([e["race_prompt"].submit, e["race_run"].click], h["race"], inputs, outputs, api_name="race",
                  **ENGINE)
     e["race_stop"].click(h["race_stop"], None, None, cancels=[race], queue=False, api_visibility="private")
+    e["race_prove"].click(h["race_prove"], [e["race_trace"]], [e["race_proof"], e["race_trace"]],
+                          api_name="race_prove_fp32", show_progress_on=[e["race_proof"]], **ENGINE)
+    e["race_export"].click(h["race_export"], [e["race_trace"]], [e["race_trace_file"]], api_visibility="private")
 
 
 def wire_cache(ctx: AppContext, e: dict, tab) -> None:
@@ -112,4 +123,5 @@ def wire_pair(ctx: AppContext, e: dict) -> None:
 
 def launch_kwargs() -> dict:
     """What ``demo.launch`` needs for the look (Gradio 6 takes theme and CSS at launch)."""
-    return dict(css_paths=[ASSETS / "style.css"], theme=gr.themes.Soft(primary_hue="indigo", neutral_hue="slate"))
+    return dict(css_paths=[ASSETS / "style.css"], css=pygments_css(),
+                theme=gr.themes.Soft(primary_hue="indigo", neutral_hue="slate"))

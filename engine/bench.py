@@ -106,22 +106,6 @@ MODES: dict[str, Callable] = {
 }
 
 
-@torch.inference_mode()
-def first_divergence(engine: ChatEngine, messages, sampling, reference: list[int], other: list[int]) -> dict | None:
-    """Where ``other`` first differs from the reference, and the target's top-2 logit margin there."""
-    index = next((i for i, (a, b) in enumerate(zip(reference, other)) if a != b), None)
-    if index is None:
-        return None if len(reference) == len(other) else {"index": min(len(reference), len(other)),
-                                                         "note": "one stopped earlier"}
-    prompt = engine.encode(messages)
-    ids = torch.tensor([prompt + reference[:index]], device=engine.target.device)
-    logits = engine.target.model(ids, logits_to_keep=1).logits[0, -1, : engine.target.vocab_size].float()
-    top2 = torch.topk(logits, 2)
-    return {"index": index, "reference_token": reference[index], "other_token": other[index],
-            "top2_margin": float(top2.values[0] - top2.values[1]),
-            "other_minus_reference_logit": float(logits[other[index]] - logits[reference[index]])}
-
-
 def run_bench(engine: ChatEngine, prompts: list[dict], modes: list[str], spec: SpecConfig,
               max_new_tokens: int) -> dict:
     sampling = SamplingConfig(max_new_tokens=max_new_tokens)
@@ -156,7 +140,8 @@ def _timed_run(engine, mode, *, item, messages, sampling, spec, reference) -> di
            "identical_to_target": None if reference is None else tokens == reference, "_tokens": tokens}
     if reference is not None and tokens != reference:
         asked = [{"role": "user", "content": paraphrase(item)}] if mode == "cache-verify" else messages
-        run["first_divergence"] = first_divergence(engine, asked, sampling, reference, tokens)
+        divergence = engine.explain_divergence(asked, sampling, reference, tokens)  # engine/divergence.py
+        run["first_divergence"] = None if divergence is None else divergence.to_dict()
     if mode != "target":
         run.pop("_tokens")
     return run

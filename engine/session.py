@@ -7,6 +7,7 @@ the new one has loaded and passed the pair check.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
@@ -15,7 +16,8 @@ from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.cache import cached_chat
 from engine.cache.judge import LLMJudge, judge_for
 from engine.prompt import encode_chat
-from engine.config import CacheConfig, SamplingConfig, SpecConfig
+from engine.config import CACHE_OFF, CacheConfig, SamplingConfig, SpecConfig
+from engine.divergence import Divergence, Fp32Proof, first_divergence
 from engine.errors import NoPairError
 from engine.events import Event
 from engine.kpolicy import AdaptiveK, FixedK, KPolicy
@@ -67,6 +69,7 @@ class ChatEngine:
         self.pair: Pair | None = None
         self._lock = threading.Lock()  # one decoding step on the models at a time; never held across a yield
         self._load_lock = threading.Lock()  # one load at a time
+        self._fp32: dict[str, LoadedModel] = {}  # fp32 copies for the "prove it" re-run, by model name
 
     # -- models -------------------------------------------------------------------------------------------
     def load_pair(self, target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT,
@@ -186,3 +189,44 @@ class ChatEngine:
         stream = self._stream(pair.target, prompt_ids, sampling)
         yield from self._stepwise(reference_generate(self._runner(pair.target), prompt_ids, stream, sampling,
                                                      cancel))
+
+    # -- divergences ----------------------------------------------------------------------------------------
+    def explain_divergence(self, messages: list[dict], sampling: SamplingConfig, reference_ids: list[int],
+                           other_ids: list[int]) -> Divergence | None:
+        """Where ``other_ids`` first leaves the target-only ``reference_ids``, and the target's margin there."""
+        pair = self.require_pair()
+        prompt_ids = self.encode(messages, pair)
+        with self._lock:
+            return first_divergence(pair.target, prompt_ids, list(reference_ids), list(other_ids))
+
+    def _fp32_copy(self, loaded: LoadedModel) -> LoadedModel:
+        if loaded.precision == "fp32":
+            return loaded
+        if loaded.name not in self._fp32:
+            self._fp32[loaded.name] = load_model(loaded.name, "fp32", device=loaded.device)
+        return self._fp32[loaded.name]
+
+    def prove_fp32(self, messages: list[dict], sampling: SamplingConfig, spec: SpecConfig) -> Fp32Proof:
+        """Target-only and speculative again with fp32 copies of the pair (loaded once, kept), cache off."""
+        pair = self.require_pair()
+        with self._load_lock:
+            start = time.perf_counter()
+            exact = ChatEngine()
+            exact.use_models(self._fp32_copy(pair.target), self._fp32_copy(pair.draft))
+            load_s = time.perf_counter() - start
+        with self._lock:  # the fp32 engine has its own lock: hold ours so nothing else runs meanwhile
+            start = time.perf_counter()
+            reference = _final(exact.generate_reference(messages, sampling)).token_ids
+            other = _final(exact.generate(messages, sampling, spec, cache=CACHE_OFF)).token_ids
+            seconds = time.perf_counter() - start
+            divergence = first_divergence(exact.target, exact.encode(messages), list(reference),
+                                          list(other))
+        return Fp32Proof(identical=reference == other, n_tokens=len(reference), divergence=divergence,
+                         seconds=seconds, load_seconds=load_s, target=pair.target.name, draft=pair.draft.name)
+
+
+def _final(events: Iterator[Event]):
+    done = None
+    for event in events:
+        done = event if event.type == "done" else done
+    return done

@@ -8,21 +8,16 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from pathlib import Path
 
 import pytest
 
+from tests.server import SMOL_PAIR, launched
+
 CHROMIUM = "/usr/bin/chromium"
-ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-PAIR = ["--target", "smollm2-135m-instruct", "--draft", "smollm2-135m-instruct", "--draft-precision", "nf4"]
-STARTUP_S = 300
+PAIR = SMOL_PAIR
 ANSWER_S = 120
 
 pytestmark = [
@@ -35,53 +30,10 @@ playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _link_models(cache_dir: Path) -> None:
-    """Reuse converted weights: <cache-dir>/models -> the normal cache root's models folder."""
-    from engine.catalog import cache_root
-
-    shared = cache_root() / "models"
-    shared.mkdir(parents=True, exist_ok=True)
-    (cache_dir / "models").symlink_to(shared, target_is_directory=True)
-
-
-def _wait_for_server(url: str, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"launch.py exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(1)
-    pytest.fail(f"launch.py did not serve {url} within {STARTUP_S} s:\n{log.read_text()[-3000:]}")
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    cache_dir = tmp_path_factory.mktemp("speclens-cache")
-    _link_models(cache_dir)
-    port, log = _free_port(), cache_dir / "launch.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "launch.py", "--no-browser", "--port", str(port), *PAIR,
-                                 "--cache-dir", str(cache_dir)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        _wait_for_server(url, proc, log)
+    with launched(tmp_path_factory.mktemp("speclens-cache"), *PAIR) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +90,7 @@ def last_answer(page):
 
 def kinds_in(locator) -> set[str]:
     classes = locator.locator(".tok").evaluate_all("els => els.map(e => e.className)")
-    return {c.split("tok-")[-1] for c in classes if c.startswith("tok tok-")}
+    return {c.split()[1][len("tok-"):] for c in classes if c.startswith("tok tok-")}  # code adds Pygments classes
 
 
 def stat(page, label: str) -> str:
@@ -182,6 +134,27 @@ def test_streams_coloured_tokens_and_live_stats(page):
     assert stat(page, "acceptance").endswith("%")
 
 
+def test_code_renders_as_a_block_of_coloured_tokens_and_the_view_switch_works(page):
+    clear_chat(page)
+    set_number(page, "max-new-tokens", 120)
+    wait_answer(page, send(page, "Write a Python function that adds two numbers, in a ```python code block."))
+    code = last_answer(page).locator(".md-view pre.md-code code")
+    expect(code.first).to_be_visible()
+    assert len(kinds_in(code.first) & {"accepted", "corrected", "bonus", "target"}) >= 2, kinds_in(code.first)
+    assert code.first.locator("[class*='hl-']").count() > 0  # Pygments classes on the same spans
+    assert "def" in code.first.inner_text()
+    expect(last_answer(page).locator(".raw-view")).to_be_hidden()
+
+    page.locator("#answer-view label", has_text="tokens").click()
+    expect(page.locator("#chat.view-tokens")).to_have_count(1)
+    expect(last_answer(page).locator(".raw-view")).to_be_visible()
+    expect(last_answer(page).locator(".md-view")).to_be_hidden()
+    assert "```" in last_answer(page).locator(".raw-view").inner_text()  # the raw text, fences included
+    page.locator("#answer-view label", has_text="rendered").click()
+    expect(page.locator("#chat.view-tokens")).to_have_count(0)
+    expect(code.first).to_be_visible()
+
+
 def test_stop_cancels_mid_answer(page):
     set_number(page, "max-new-tokens", 600)
     send(page, "Write a long story about a dragon who learns to bake bread.")
@@ -191,12 +164,12 @@ def test_stop_cancels_mid_answer(page):
     expect(page.locator("#chat .finish-note").last).to_contain_text("stopped by you", timeout=30_000)
     expect(page.locator("#stats .run-status")).to_contain_text("stopped")
     stopped = page.locator("#chat .tokstream").nth(answers(page) - 1)
-    n = stopped.locator(".tok:not(.tok-rejected)").count()
+    n = stopped.locator(".raw-view .tok:not(.tok-rejected)").count()  # one span per token in the raw view
     # the engine is free again: the next answer is served (it would queue behind a 600-token run otherwise),
     # and the stopped answer did not grow meanwhile
     set_number(page, "max-new-tokens", 8)
     wait_answer(page, send(page, "Say hi."))
-    assert stopped.locator(".tok:not(.tok-rejected)").count() == n < 600
+    assert stopped.locator(".raw-view .tok:not(.tok-rejected)").count() == n < 600
 
 
 def test_same_prompt_again_is_a_cache_hit(page):
@@ -245,13 +218,16 @@ def test_race_mode_shows_both_answers_and_the_identity_check(page):
 
 def test_injected_html_renders_as_text(page):
     set_number(page, "max-new-tokens", 48)
-    evil = "Repeat this: <img src=x onerror=alert(1)> <script>alert(2)</script>"
+    evil = "Repeat this: <img src=x onerror=alert(1)> <script>alert(2)</script>"  # later tests' history
     wait_answer(page, send(page, evil))
-    assert page.locator("#chat img[src=x]").count() == 0
-    assert page.locator("#chat script").count() == 0
-    expect(page.locator("#chat .usertext").last).to_contain_text("<img src=x onerror=alert(1)>")
-    page.evaluate("() => new Promise(requestAnimationFrame)")  # a rendered frame: an onerror would have fired
-    assert page.dialogs == []
+    for view in ("tokens", "rendered"):  # both views are in the page; each must show text, never live HTML
+        page.locator("#answer-view label", has_text=view).click()
+        assert page.locator("#chat img[src=x]").count() == 0
+        assert page.locator("#chat script").count() == 0
+        assert page.locator("#chat a[href^='javascript']").count() == 0
+        expect(page.locator("#chat .usertext").last).to_contain_text("<img src=x onerror=alert(1)>")
+        page.evaluate("() => new Promise(requestAnimationFrame)")  # a rendered frame: an onerror would have fired
+        assert page.dialogs == []
 
 
 def test_toasts_show_html_as_text(page):

@@ -301,6 +301,7 @@ def test_cancel_flags_are_per_session():
 _BUILD_UI_WITHOUT_ENGINE = """
 import sys
 import launch
+import app.openai_api, app.markdown_view, app.render_bench, app.divergence_view
 from app.context import AppContext
 from app.ui import build_demo
 from engine.errors import NoPairError
@@ -386,3 +387,172 @@ def test_a_cache_that_could_not_be_used_shows_an_escaped_warning():
     note = render_cache_note(CacheEvent("miss", reason="cache unavailable: <b>Redis</b> at redis://:***@h:1/0"))
     assert "cache-warning" in note and "&lt;b&gt;Redis&lt;/b&gt;" in note and "<b>" not in note
     assert render_cache_note(CacheEvent("miss")) == ""
+
+
+# -- Markdown view ------------------------------------------------------------------------------------------------
+from app.divergence_view import divergence_html, divergence_text, proof_html  # noqa: E402
+from app.markdown_view import SourceText, render_markdown  # noqa: E402
+
+
+def toks(*pieces, kinds=("accepted", "corrected", "bonus", "target")):
+    return [tok(text, kinds[i % len(kinds)], token_id=i, step=i, rejected_text="RJ" if i % len(kinds) == 1 else None)
+            for i, text in enumerate(pieces)]
+
+
+def spans_text(html: str) -> list[tuple[str, str]]:
+    """(kind, text) of every token span, in order (ghosts included as "rejected")."""
+    import re
+    return [(k, t) for k, t in re.findall(r'<span class="tok tok-([a-z]+)[^"]*" title="[^"]*">([^<]*)</span>', html)]
+
+
+def test_code_fence_becomes_pre_code_with_token_and_pygments_classes():
+    html = render_markdown(toks("Here:\n```py", "thon\ndef ad", "d(a, b):\n    re", "turn a + b\n```\nDone."))
+    assert '<pre class="md-code" data-lang="python"><code>' in html
+    code = html.split("<code>")[1].split("</code>")[0]
+    assert 'class="tok tok-corrected hl-k"' in code  # "def": Pygments keyword inside a corrected token
+    assert 'class="tok tok-bonus' in code and 'class="tok tok-target' in code
+    assert "```" not in html and "python" not in code  # the fence lines are markup, not shown
+    assert "    " in code  # indentation kept
+    assert html.endswith("<p>" + html.split("<p>")[-1]) and "Done." in html.split("</pre>")[1]
+
+
+def test_every_shown_character_keeps_its_token_across_markdown_syntax():
+    pieces = ("# Ti", "tle\n\nSome **bo", "ld** and `co", "de` and *it", "al*\n\n- a", "\n- b")
+    html = render_markdown(toks(*pieces))
+    assert "<h1>" in html and "<strong>" in html and '<code class="md-inline-code">' in html and "<em>" in html
+    assert "<ul><li>" in html
+    shown = [(k, t) for k, t in spans_text(html) if k != "rejected"]
+    # "bo" and "ld" come from different tokens: the bold word is split at the token boundary
+    assert ("corrected", "bo") in shown and ("bonus", "ld") in shown
+    assert ("bonus", "co") in shown and ("target", "de") in shown
+    kinds = {0: "accepted", 1: "corrected", 2: "bonus", 3: "target"}
+    for k, t in shown:  # each shown piece lies inside a token of that kind
+        assert any(t in p for i, p in enumerate(pieces) if kinds[i % 4] == k), (k, t)
+
+
+def test_rejected_ghost_and_tooltip_survive_in_the_markdown_view():
+    html = render_markdown(toks("Say ", "**hi**"))
+    assert '<span class="tok tok-rejected" title="rejected draft token">RJ</span>' in html
+    assert html.count("tok-rejected") == 1  # once per token, though the token shows in several pieces
+    assert "p_target 0.900" in html and "rejected draft token &#x27;RJ&#x27;" in html
+
+
+@pytest.mark.parametrize("evil", [SCRIPT, IMG, "<a href='x' onclick='alert(1)'>x</a>", "```\n<script>x</script>\n```"])
+def test_markdown_view_escapes_raw_html(evil):
+    html = render_markdown(toks("ok ", evil))
+    assert_inert(html)
+    assert "<a " not in html and "onclick='" not in html
+    assert "&lt;" in html
+
+
+def test_javascript_links_are_not_links_and_http_links_are_safe():
+    html = render_markdown(toks("[x](javascript:alert(1)) [y](JAVASCRIPT:alert(2)) [z](data:text/html,hi) ",
+                                "[ok](https://example.com/a?b=1&c=2) ![img](https://e.com/i.png)"))
+    import re
+    assert re.findall(r'href="([^"]*)"', html) == ["https://example.com/a?b=1&amp;c=2"]
+    assert "[x](javascript:alert(1))" in html  # shown as the text it is
+    assert html.count("<a ") == 1
+    assert 'rel="noopener noreferrer nofollow"' in html
+    assert "<img" not in html and "md-image" in html
+
+
+def test_source_text_normalises_line_ends_like_markdown_it():
+    src = SourceText.of(toks("a\r", "\nb\rc\0"))
+    assert src.text == "a\nb\nc\ufffd" and src.owner == (0, 0, 1, 1, 1, 1)
+
+
+def test_answer_holds_both_views_and_the_raw_view_is_unchanged():
+    turn = Turn()
+    for ev in toks("**x**", " y"):
+        turn.add(ev)
+    html = turn.html()
+    assert '<div class="md-view"><p><strong>' in html and '<div class="raw-view">' in html
+    assert html.count('class="tokstream') == 1
+    from app.render import render_tokens
+    assert f'<div class="raw-view">{render_tokens(toks("**x**", " y"))}</div>' in html
+
+
+def test_render_bench_reports_milliseconds():
+    from app.render_bench import synthetic_tokens, time_updates
+    tokens = synthetic_tokens(60)
+    assert len(tokens) == 60 and "```python" in "".join(t.text for t in tokens)
+    assert len(time_updates(tokens, every=20)) == 3
+
+
+# -- divergences ----------------------------------------------------------------------------------------------------
+def div_dict(margin=0.125, within=True, other_text="<img src=x onerror=alert(1)>"):
+    return {"position": 12, "reference_token": 304, "other_token": 7923, "reference_text": " n",
+            "other_text": other_text, "top_logit": 18.375, "top2_margin": margin, "tokens_gap": margin,
+            "precision": "bf16", "rounding_step": 0.125, "within_rounding": within}
+
+
+def test_divergence_explained_as_a_tie_with_position_tokens_and_margin():
+    html = divergence_html(div_dict())
+    assert_inert(html)
+    text = divergence_text(div_dict())
+    assert "token 12" in text and "' n' (id 304)" in text and "(id 7923)" in text
+    assert "margin there is 0.125" in text and "bf16 logits near 18.4 are 0.125 apart" in text
+    assert "tie within bf16 rounding, not a speculation error" in text
+    assert 'data-position="12"' in html and "race-tie" in html
+
+
+def test_a_wide_margin_is_called_a_bug():
+    text = divergence_text(div_dict(margin=3.5, within=False))
+    assert "would be a bug" in text and "tie" not in text
+    assert "race-bug" in divergence_html(div_dict(margin=3.5, within=False))
+
+
+def test_race_summary_and_trace_carry_the_explanation():
+    ref, spec = Turn(), Turn()
+    ref.add(done((1, 2, 3), stats(new_tokens=3)))
+    spec.add(done((1, 2, 4), stats(new_tokens=3)))
+    div = SimpleNamespace(**{k: v for k, v in div_dict().items() if k != "within_rounding"}, within_rounding=True,
+                          to_dict=lambda: div_dict())
+    html = race_summary(ref, spec, greedy=True, divergence=div)
+    assert "differ from position" in html and "tie within bf16 rounding" in html
+    assert_inert(html)
+    doc = trace_document(spec, [{"role": "user", "content": "q"}], None, {}, divergence=div, reference=ref)
+    assert doc["divergence"]["position"] == 12 and "tie within bf16" in doc["divergence"]["explanation"]
+    assert doc["target_only_events"] == ref.events
+
+
+def test_fp32_proof_says_identical_with_timing_or_the_honest_result():
+    ok = {"identical": True, "n_tokens": 20, "divergence": None, "seconds": 3.21, "load_seconds": 1.5}
+    assert "✓ identical in fp32: 20 tokens" in proof_html(ok) and "3.2 s" in proof_html(ok)
+    assert "1.5 s loading" in proof_html(ok)
+    bad = {**ok, "identical": False, "divergence": div_dict(margin=2.0, within=False)}
+    assert "still different in fp32" in proof_html(bad) and "bug" in proof_html(bad)
+    assert_inert(proof_html(bad))
+
+
+class RaceEngine(FakeEngine):
+    """A race whose answers differ at token 1, explained as a tie, and an fp32 proof."""
+
+    def explain_divergence(self, messages, sampling, reference_ids, other_ids):
+        self.explained = (reference_ids, other_ids)
+        d = div_dict()
+        return SimpleNamespace(**{k: v for k, v in d.items() if k != "within_rounding"}, within_rounding=True,
+                               to_dict=lambda: d)
+
+    def prove_fp32(self, messages, sampling, spec):
+        self.proved = (messages, sampling.greedy, spec.k)
+        return SimpleNamespace(identical=True, n_tokens=2, divergence=None, seconds=1.25, load_seconds=0.0,
+                               to_dict=lambda: {"identical": True})
+
+
+def test_race_explains_the_divergence_and_proves_it(tmp_path):
+    from app.race import prove_race, run_race
+    elems = {n: n for n in ("error_box", "race_summary", "race_target", "race_spec", "race_prove", "race_proof",
+                            "race_trace")}
+    engine = RaceEngine([CacheEvent("off"), tok("a"), tok("c", "corrected"), stats(), done((1, 3))])
+    ctx = AppContext(engine, BaselineStore(tmp_path / "b.json"))
+    last = list(run_race(ctx, elems, "q", UISettings(k=3), "s1"))[-1]
+    assert engine.explained == ([1], [1, 3])  # the FakeEngine's reference answer is (1,)
+    assert "tie within bf16 rounding" in last["race_summary"] and "token 12" in last["race_summary"]
+    assert last["race_prove"]["visible"] is True
+    trace = last["race_trace"]
+    assert trace["divergence"]["position"] == 12 and "not a speculation error" in trace["divergence"]["explanation"]
+    proved = prove_race(ctx, elems, trace)
+    assert "✓ identical in fp32" in proved["race_proof"] and engine.proved == ([{"role": "user", "content": "q"}],
+                                                                                   True, 3)
+    assert proved["race_trace"]["fp32_proof"] == {"identical": True}

@@ -1,0 +1,198 @@
+"""The OpenAI-compatible routes: wire format on a fake engine (fast), then the official client against launch.py."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from app.context import AppContext
+from app.openai_api import add_openai_routes
+from app.openai_format import Release
+from engine.errors import EmptyPromptError
+from engine.events import CacheEvent, DoneEvent, StatsEvent, TokenEvent
+
+PIECES = [("Hello", "accepted"), (" wor", "corrected"), ("ld", "bonus"), ("! END", "accepted"), (" more", "target")]
+
+
+def tok(text, kind="accepted", i=0):
+    return TokenEvent(token_id=i, text=text, kind=kind, step=i, t=0.0, p_target=0.5, q_draft=0.25)
+
+
+class FakeEngine:
+    """Duck-typed ChatEngine: replays PIECES, honours cancel between tokens, records what it was asked."""
+    cache = None
+
+    def __init__(self):
+        self.calls = []
+
+    def info(self):
+        return SimpleNamespace(target="tgt", draft="drf", target_precision="bf16", draft_precision="nf4",
+                               device="cpu")
+
+    def encode(self, messages):
+        if not messages[-1]["content"].strip():
+            raise EmptyPromptError("the message is empty: type something to ask")
+        return [1, 2, 3]
+
+    def generate(self, messages, sampling, spec, *, cache=None, cancel=None):
+        self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache))
+        yield CacheEvent("off")
+        ids = []
+        for i, (text, kind) in enumerate(PIECES):
+            if cancel is not None and cancel.is_set():
+                break
+            ids.append(i)
+            yield tok(text, kind, i)
+        stats = StatsEvent(steps=2, new_tokens=len(ids), proposed=4, accepted=3, elapsed_s=0.1, k=4)
+        reason = "cancelled" if len(ids) < len(PIECES) else "length"
+        yield DoneEvent(reason, "".join(t for t, _ in PIECES[:len(ids)]), tuple(ids), stats)
+
+
+def client(api_key=None):
+    engine = FakeEngine()
+    app = add_openai_routes(FastAPI(), AppContext(engine), api_key)
+    return TestClient(app, raise_server_exceptions=False), engine
+
+
+def ask(**kw):
+    return {"model": "tgt", "messages": [{"role": "user", "content": "hi"}], **kw}
+
+
+def sse_chunks(response) -> list:
+    lines = [line[len("data: "):] for line in response.text.splitlines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(line) for line in lines[:-1]]
+
+
+def test_non_streamed_completion_carries_text_speculation_and_usage():
+    c, engine = client()
+    r = c.post("/v1/chat/completions", json=ask(temperature=0, max_tokens=20, seed=3))
+    assert r.status_code == 200
+    body = r.json()
+    assert body["object"] == "chat.completion" and body["model"] == "tgt"
+    choice = body["choices"][0]
+    assert choice["message"] == {"role": "assistant", "content": "Hello world! END more"}
+    assert choice["finish_reason"] == "length"
+    assert [s["kind"] for s in choice["speculation"]] == [k for _, k in PIECES]
+    assert choice["speculation"][1] == {"kind": "corrected", "text": " wor", "token_id": 1, "p_target": 0.5,
+                                        "q_draft": 0.25}
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8, "proposed": 4,
+                             "accepted": 3, "acceptance_rate": 0.75}
+    sampling = engine.calls[0]["sampling"]
+    assert (sampling.temperature, sampling.max_new_tokens, sampling.seed) == (0.0, 20, 3)
+    assert engine.calls[0]["cache"].mode == "verify"  # the same cache as a browser chat
+
+
+def test_stop_string_cuts_the_text_and_the_tokens_and_stops_the_engine():
+    c, _ = client()
+    body = c.post("/v1/chat/completions", json=ask(stop=["END", "zzz"])).json()
+    choice = body["choices"][0]
+    assert choice["message"]["content"] == "Hello world! "
+    assert choice["finish_reason"] == "stop"
+    assert "".join(s["text"] for s in choice["speculation"]) == "Hello world! "
+    assert body["usage"]["completion_tokens"] == 4  # the cut token counts, the one after it never ran
+
+
+def test_streamed_chunks_end_with_done_and_add_up_to_the_answer():
+    c, _ = client()
+    with c.stream("POST", "/v1/chat/completions", json=ask(stream=True, stop="ld!")) as r:
+        r.read()
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    chunks = sse_chunks(r)
+    assert all(ch["object"] == "chat.completion.chunk" for ch in chunks)
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    text = "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks)
+    assert text == "Hello wor"  # "ld" was held back: it could have begun the stop string, and it did
+    kinds = [s["kind"] for ch in chunks for s in ch["choices"][0]["speculation"]]
+    assert kinds == ["accepted", "corrected"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1]["usage"]["completion_tokens"] == 2
+
+
+def test_release_holds_back_a_possible_stop_prefix_then_lets_it_go():
+    release = Release(("END",))
+    assert release.add(tok("ab E")) == ("ab ", [])  # "E" may begin "END"
+    delta, entries = release.add(tok("Nx"))  # "ENx" is no stop: all of it goes
+    assert delta == "ENx" and [e["text"] for e in entries] == ["ab E", "Nx"]
+    assert release.finish() == ("", [])
+
+
+def test_models_list_the_loaded_pair():
+    c, _ = client()
+    data = c.get("/v1/models").json()["data"]
+    assert [(m["id"], m["x_role"]) for m in data] == [("tgt", "target"), ("drf", "draft")]
+
+
+@pytest.mark.parametrize("payload, status, param", [
+    ({"model": "tgt"}, 422, "messages"),  # missing field
+    (ask(temperature="hot"), 422, "temperature"),  # wrong type
+    ({"model": "tgt", "messages": [{"role": "user", "content": "  "}]}, 400, None),  # the engine: empty prompt
+    (ask(temperature=9), 400, None),  # the engine's SamplingConfig: out of range
+    (ask(n=2), 400, None),
+    (ask(stop=["a", "b", "c", "d", "e"]), 400, None),
+    ({"model": "tgt", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, None),
+])
+def test_bad_requests_get_openai_error_json(payload, status, param):
+    c, _ = client()
+    r = c.post("/v1/chat/completions", json=payload)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param
+    assert "Traceback" not in r.text
+
+
+def test_malformed_json_is_a_422_not_a_500():
+    c, _ = client()
+    r = c.post("/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422 and "error" in r.json()
+
+
+def test_api_key_is_required_when_set():
+    c, _ = client(api_key="s3cret")
+    assert c.get("/v1/models").status_code == 401
+    r = c.post("/v1/chat/completions", json=ask(), headers={"Authorization": "Bearer wrong"})
+    assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+    assert c.get("/v1/models", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+
+
+# -- the official client against a real launch.py (SmolLM2-135M pair) ------------------------------------------
+KEY = "test-key-123"
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory):
+    from tests.server import SMOL_PAIR, launched
+
+    with launched(tmp_path_factory.mktemp("speclens-api"), *SMOL_PAIR, "--api-key", KEY) as url:
+        yield url
+
+
+@pytest.mark.real
+def test_openai_client_chats_like_the_app(live_server):
+    openai = pytest.importorskip("openai")
+    from gradio_client import Client
+
+    prompt, n = "Write a Python function that adds two numbers.", 24
+    expected = Client(live_server, verbose=False).predict(prompt, max_new_tokens=n, temperature=0.0, cache=False,
+                                                          api_name="/chat")["text"]
+    client = openai.OpenAI(base_url=f"{live_server}v1", api_key=KEY)
+    assert [m.id for m in client.models.list().data] == ["smollm2-135m-instruct"] * 2
+    messages = [{"role": "user", "content": prompt}]
+    whole = client.chat.completions.create(model="smollm2-135m-instruct", messages=messages, temperature=0,
+                                           max_tokens=n)
+    assert whole.choices[0].message.content == expected and expected.strip()
+    assert whole.usage.completion_tokens == n and whole.usage.prompt_tokens > 0
+    kinds = {s["kind"] for s in whole.choices[0].speculation}
+    assert kinds <= {"accepted", "corrected", "bonus", "target", "cached"} and kinds
+    stream = client.chat.completions.create(model="smollm2-135m-instruct", messages=messages, temperature=0,
+                                            max_tokens=n, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == expected
+
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model="x", messages=[{"role": "user", "content": "   "}])
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"{live_server}v1", api_key="wrong").models.list()

@@ -7,7 +7,9 @@ from engine.errors import InvalidSettingError
 
 # int8-dynamic: torch's dynamic int8 Linear layers (fbgemm) on CPU, 3x faster per token than bf16 for a 0.5B
 # draft here; bitsandbytes int8/nf4 save memory but run slower than bf16 on CPU.
-PRECISIONS = ("bf16", "fp32", "int8", "nf4", "int8-dynamic")
+# auto: the measured fastest for this machine and role (engine.hardware.AUTO_PRECISION).
+AUTO = "auto"
+PRECISIONS = (AUTO, "bf16", "fp32", "int8", "nf4", "int8-dynamic")
 MAX_K = 64
 MAX_NEW_TOKENS = 8192
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 
 from engine.catalog import BUILTIN_MODELS, builtin_dir, user_gguf_dir
-from engine.config import check_precision
+from engine.config import AUTO, check_precision
+from engine import hardware
 from engine.errors import IncompatiblePairError, InvalidSettingError, UnknownModelError
 
 # bitsandbytes int8 on CPU warns on every matmul; the cast it announces is expected
@@ -33,6 +34,7 @@ class LoadedModel:
     eos_ids: frozenset[int]
     context_window: int
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    auto_precision: bool = False  # the precision was chosen by ``auto`` for this machine
 
 
 def default_device() -> torch.device:
@@ -40,10 +42,15 @@ def default_device() -> torch.device:
 
 
 def default_precision(device: torch.device, role: str = "target") -> str:
-    """nf4 for both on CUDA; on CPU bf16 for the target and dynamic int8 for the draft (the fastest here)."""
-    if device.type == "cuda":
-        return "nf4"
-    return "int8-dynamic" if role == "draft" else "bf16"
+    """What ``auto`` means on ``device``: nf4 on CUDA; on CPU the measured choice for its features
+    (engine.hardware.AUTO_PRECISION: bf16 only where it is native, dynamic int8 elsewhere)."""
+    return hardware.auto_precision(hardware.detect_machine(device.type), role)
+
+
+def resolve_precision(precision: str | None, device: torch.device, role: str = "target") -> str:
+    """A concrete precision: ``None`` and ``auto`` become this machine's default for ``role``."""
+    precision = check_precision(precision or AUTO)
+    return default_precision(device, role) if precision == AUTO else precision
 
 
 def resolve_source(name: str) -> str:
@@ -82,7 +89,8 @@ def load_model(name: str, precision: str | None = None, device: torch.device | N
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = device or default_device()
-    precision = check_precision(precision or default_precision(device, role))
+    auto = precision in (None, AUTO)
+    precision = resolve_precision(precision, device, role)
     if precision == "int8-dynamic" and device.type != "cpu":
         raise InvalidSettingError("int8-dynamic runs on CPU only; use int8 or nf4 (bitsandbytes) on a GPU")
     source = resolve_source(name)
@@ -97,10 +105,10 @@ def load_model(name: str, precision: str | None = None, device: torch.device | N
     if precision == "int8-dynamic":
         model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
     model.eval()
-    return wrap_model(name, precision, model, tokenizer)
+    return wrap_model(name, precision, model, tokenizer, auto_precision=auto)
 
 
-def wrap_model(name: str, precision: str, model, tokenizer) -> LoadedModel:
+def wrap_model(name: str, precision: str, model, tokenizer, auto_precision: bool = False) -> LoadedModel:
     """Describe an already-built model (used by tests with tiny random models too)."""
     vocab = tokenizer.get_vocab() if tokenizer is not None else {}
     eos = set()
@@ -112,7 +120,7 @@ def wrap_model(name: str, precision: str, model, tokenizer) -> LoadedModel:
                        vocab_size=min(vocab_size, _output_rows(model)),
                        eos_ids=frozenset(eos), context_window=int(getattr(model.config, "max_position_embeddings",
                                                                              4096)),
-                       device=next(model.parameters()).device)
+                       device=next(model.parameters()).device, auto_precision=auto_precision)
 
 
 def _output_rows(model) -> int:

@@ -11,13 +11,16 @@ from dataclasses import dataclass
 
 from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.cache import cached_chat
+from engine.calibrate import calibrate
+from engine.costmodel import StepCosts
+from engine.hardware import describe_choice, detect_machine
 from engine.prompt import encode_chat
 from engine.config import SamplingConfig, SpecConfig
 from engine.errors import InvalidSettingError, NoPairError
 from engine.events import Event
 from engine.kpolicy import AdaptiveK, FixedK, KPolicy
 from engine.runner import ModelRunner
-from engine.models import LoadedModel, check_pair, load_model
+from engine.models import LoadedModel, check_pair, load_model, resolve_precision
 from engine.proposers import PROPOSERS
 from engine.proposers.cached_answer import CachedAnswerProposer
 from engine.reference import reference_generate
@@ -26,10 +29,12 @@ from engine.speculative import speculative_generate
 from engine.stream import TokenStream
 
 
-def k_policy(spec: SpecConfig) -> KPolicy:
+def k_policy(spec: SpecConfig, prior: StepCosts | None = None) -> KPolicy:
+    """The policy for ``spec``; ``prior`` (the pair's calibration) starts its cost model."""
     if spec.adaptive:
-        return AdaptiveK(k_init=min(max(spec.k, spec.k_min), spec.k_max), k_min=spec.k_min, k_max=spec.k_max)
-    return FixedK(spec.k)
+        return AdaptiveK(k_init=min(max(spec.k, spec.k_min), spec.k_max), k_min=spec.k_min, k_max=spec.k_max,
+                         prior=prior)
+    return FixedK(spec.k, prior=prior)
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,8 @@ class PairInfo:
     target_precision: str
     draft_precision: str
     device: str
+    precision_note: str = ""  # why these precisions, e.g. "AVX2 CPU (...) -> target int8-dynamic (auto), ..."
+    costs: StepCosts | None = None  # the step costs measured at load
 
 
 @dataclass(frozen=True)
@@ -46,10 +53,13 @@ class Pair:
     """The loaded models as one value: swapped in one assignment, read once per request."""
     target: LoadedModel
     draft: LoadedModel
+    costs: StepCosts  # calibrated at load: the adaptive k starts from it
 
     def info(self) -> PairInfo:
+        note = describe_choice(detect_machine(self.target.device.type), self.target.precision,
+                               self.draft.precision, (self.target.auto_precision, self.draft.auto_precision))
         return PairInfo(self.target.name, self.draft.name, self.target.precision, self.draft.precision,
-                        str(self.target.device))
+                        str(self.target.device), note, self.costs)
 
 
 class ChatEngine:
@@ -75,14 +85,17 @@ class ChatEngine:
 
     @staticmethod
     def _reuse_or_load(current: LoadedModel | None, name: str, precision: str | None, role: str) -> LoadedModel:
-        if current is not None and current.name == name.strip() and precision in (None, current.precision):
+        if current is not None and current.name == name.strip() and \
+                resolve_precision(precision, current.device, role) == current.precision:
             return current
         return load_model(name.strip(), precision, role=role)
 
     def use_models(self, target: LoadedModel, draft: LoadedModel) -> None:
-        """Install already-loaded models (tests, benchmarks): one assignment, after the pair check."""
+        """Install already-loaded models (tests, benchmarks): one assignment, after the pair check and a
+        short calibration of their forward costs."""
         check_pair(target, draft)
-        self.pair = Pair(target, draft)
+        costs = calibrate(self._runner(target), self._runner(draft))  # own KV caches: safe beside a generation
+        self.pair = Pair(target, draft, costs)
 
     def require_pair(self) -> Pair:
         pair = self.pair
@@ -142,7 +155,7 @@ class ChatEngine:
             if hit.outcome == "verified":  # the cached answer becomes the draft; the target has the last word
                 proposer = CachedAnswerProposer(list(hit.answer_token_ids), fallback=proposer)
             for event in speculative_generate(self._runner(pair.target), proposer, prompt_ids, stream, sampling,
-                                              k_policy(spec), cancel):
+                                              k_policy(spec, pair.costs), cancel):
                 if event.type == "done":
                     cached_chat.remember(self.cache, pair.target, messages, sampling, event)
                 yield event

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import statistics
 
 from tqdm.auto import tqdm
 
@@ -24,18 +25,28 @@ from engine.runner import ModelRunner
 
 
 def measure(models: list[str], precisions: list[str], tokens: list[int], context: int, repeats: int) -> list[dict]:
+    """Per model, all precisions loaded together and measured in alternation (round by round), so a busy
+    machine slows them alike and the ratios hold."""
     rows = []
     for name in models:
-        for precision in precisions:
+        runners = {}
+        for precision in precisions:  # as listed: put int8-dynamic first (it passes through fp32 while loading)
             loaded = load_model(name, precision)
-            runner = ModelRunner(loaded.model, loaded.vocab_size)
-            with tqdm(total=1, desc=f"{name} {loaded.precision}", leave=False):
-                costs = forward_costs(runner, context, tokens, repeats)
-            fixed, per_token = fit_line(list(costs), list(costs.values()))
-            rows.append({"model": name, "precision": loaded.precision, "ms": {n: s * 1e3 for n, s in costs.items()},
-                         "fit_a_ms": fixed * 1e3, "fit_b_ms": per_token * 1e3})
-            del runner, loaded
+            runners[loaded.precision] = ModelRunner(loaded.model, loaded.vocab_size)
             gc.collect()
+        samples = {p: {n: [] for n in tokens} for p in runners}
+        for _ in tqdm(range(repeats), desc=name, leave=False):
+            for precision, runner in runners.items():
+                runner.reset()
+                for n, seconds in forward_costs(runner, context, tokens, 1).items():
+                    samples[precision][n].append(seconds)
+        for precision, by_n in samples.items():
+            costs = {n: statistics.median(times) for n, times in by_n.items()}
+            fixed, per_token = fit_line(list(costs), list(costs.values()))
+            rows.append({"model": name, "precision": precision, "ms": {n: s * 1e3 for n, s in costs.items()},
+                         "fit_a_ms": fixed * 1e3, "fit_b_ms": per_token * 1e3})
+        del runners
+        gc.collect()
     return rows
 
 
@@ -51,7 +62,7 @@ def format_rows(rows: list[dict], tokens: list[int]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m engine.bench_forward", description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=f"{DEFAULT_TARGET},{DEFAULT_DRAFT}")
-    parser.add_argument("--precisions", default="bf16,int8-dynamic")
+    parser.add_argument("--precisions", default="int8-dynamic,bf16")
     parser.add_argument("--tokens", default="1,2,4,8,16", help="numbers of new tokens fed per forward")
     parser.add_argument("--context", type=int, default=100, help="tokens already in the KV cache")
     parser.add_argument("--repeats", type=int, default=3)

@@ -37,7 +37,6 @@ def measure(models: list[str], precisions: list[str], tokens: list[int], context
         samples = {p: {n: [] for n in tokens} for p in runners}
         for _ in tqdm(range(repeats), desc=name, leave=False):
             for precision, runner in runners.items():
-                runner.reset()
                 for n, seconds in forward_costs(runner, context, tokens, 1).items():
                     samples[precision][n].append(seconds)
         for precision, by_n in samples.items():
@@ -62,7 +61,7 @@ def format_rows(rows: list[dict], tokens: list[int]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m engine.bench_forward", description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=f"{DEFAULT_TARGET},{DEFAULT_DRAFT}")
-    parser.add_argument("--precisions", default="int8-dynamic,bf16")
+    parser.add_argument("--precisions", default="int8-dynamic,int8-weight,bf16")
     parser.add_argument("--tokens", default="1,2,4,8,16", help="numbers of new tokens fed per forward")
     parser.add_argument("--context", type=int, default=100, help="tokens already in the KV cache")
     parser.add_argument("--repeats", type=int, default=3)

@@ -12,6 +12,7 @@ import torch
 from engine.catalog import BUILTIN_MODELS, builtin_dir, user_gguf_dir
 from engine.config import AUTO, check_precision
 from engine import hardware
+from engine.int8_weight import quantize_int8_weight
 from engine.errors import IncompatiblePairError, InvalidSettingError, UnknownModelError
 
 # bitsandbytes int8 on CPU warns on every matmul; the cast it announces is expected
@@ -71,8 +72,8 @@ def resolve_source(name: str) -> str:
 
 
 def _quantization_kwargs(precision: str, device: torch.device) -> dict:
-    if precision in ("bf16", "fp32", "int8-dynamic"):  # int8-dynamic quantises an fp32 model after loading
-        return {"dtype": torch.bfloat16 if precision == "bf16" else torch.float32}
+    if precision in ("bf16", "fp32", "int8-dynamic", "int8-weight"):  # the int8 ones quantise after loading
+        return {"dtype": torch.bfloat16 if precision in ("bf16", "int8-weight") else torch.float32}
     from transformers import BitsAndBytesConfig
     if precision == "int8":
         config = BitsAndBytesConfig(load_in_8bit=True)
@@ -100,10 +101,12 @@ def load_model(name: str, precision: str | None = None, device: torch.device | N
     except (OSError, ValueError) as err:
         raise UnknownModelError(f"could not load {name!r}: {str(err).splitlines()[0]}. "
                                 f"Built-in models: {', '.join(BUILTIN_MODELS)}") from err
-    if precision in ("bf16", "fp32"):
+    if precision in ("bf16", "fp32", "int8-weight"):
         model = model.to(device)
-    if precision == "int8-dynamic":
-        model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    if precision == "int8-dynamic":  # in place: a copy would double the fp32 peak
+        model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+    if precision == "int8-weight":
+        model = quantize_int8_weight(model)
     model.eval()
     return wrap_model(name, precision, model, tokenizer, auto_precision=auto)
 

@@ -132,3 +132,14 @@ def test_auto_precision_table():
     assert auto_precision(avx2, "target") != "bf16" and not avx2.native_bf16  # bf16 only where native
     note = describe_choice(avx2, "int8-dynamic", "int8-dynamic", (True, False))
     assert note.startswith("AVX2 CPU") and "target int8-dynamic (auto)" in note and "draft int8-dynamic (chosen)" in note
+
+
+def test_avx2_emulation_env_is_detected_as_avx2():
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    out = subprocess.run([sys.executable, "-c", "from engine.hardware import detect_machine;"
+                          "m = detect_machine('cpu'); print(m.kind, m.native_bf16)"],
+                         env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["avx2", "False"]

@@ -25,7 +25,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                  "(default: qwen2.5-coder-0.5b-instruct)")
     p.add_argument("--target-precision", choices=PRECISIONS, default="auto",
                    help="precision of the target (default: auto = measured fastest for this machine: nf4 on a GPU, "
-                        "bf16 on AMX CPUs, int8-dynamic on other CPUs)")
+                        "bf16 on AMX CPUs, int8-weight on other CPUs)")
     p.add_argument("--draft-precision", choices=PRECISIONS, default="auto",
                    help="precision of the draft (default: auto = nf4 on a GPU, int8-dynamic on CPU)")
     p.add_argument("--cache-dir", default=None,

@@ -13,20 +13,24 @@ from dataclasses import dataclass
 MACHINE_KINDS = ("cuda", "amx", "avx512-bf16", "avx512", "avx2", "baseline")
 ROLES = ("target", "draft")
 
-# (target, draft) per machine kind. Measured (1.5B target, 0.5B draft, one forward of 1..16 tokens):
-# - avx512-bf16 and avx2: torch dynamic int8 beats bf16 for both models, at 1 token and even more at 8-16
-#   (bf16 verify grows ~linearly with the tokens fed, int8 far less).
-# - avx512 (no bf16) and baseline: bf16 has no native kernel there either, so the same choice.
-# - amx: bf16 runs on the AMX tiles (a flat verify cost); not measurable on the machines here, so the target
-#   keeps bf16 and the draft int8-dynamic (a small model's token is cheapest in int8 on every CPU measured).
+# (target, draft) per machine kind (python -m engine.bench_forward, numbers in the README):
+# - The target is never int8-dynamic: its per-forward activation scale makes a token's logits depend on the
+#   other tokens of the verify forward, so the loop would not be lossless (engine/int8_weight.py).
+# - avx2, avx512, baseline (no native bf16): bf16 verify grows ~linearly with the tokens fed; int8-weight
+#   reads half the bytes and grows far less with n (per 1536x8960 matmul under AVX2 emulation, n = 1/8/16:
+#   int8-weight 19/26/35 ms, bf16 18/50/88 ms).
+# - avx512-bf16 without AMX: int8-weight as well (half the memory traffic at n = 1, and exact: native bf16
+#   matmuls are not even row-for-row identical across batch shapes).
+# - amx: bf16 runs on the AMX tiles with a flat verify cost; no AMX machine here to measure, so bf16 stays.
+# - The draft: dynamic int8 is the cheapest draft token on every CPU measured; lossless does not need it exact.
 # - cuda: nf4 (bitsandbytes) for both.
 AUTO_PRECISION: dict[str, tuple[str, str]] = {
     "cuda": ("nf4", "nf4"),
     "amx": ("bf16", "int8-dynamic"),
-    "avx512-bf16": ("int8-dynamic", "int8-dynamic"),
-    "avx512": ("int8-dynamic", "int8-dynamic"),
-    "avx2": ("int8-dynamic", "int8-dynamic"),
-    "baseline": ("int8-dynamic", "int8-dynamic"),
+    "avx512-bf16": ("int8-weight", "int8-dynamic"),
+    "avx512": ("int8-weight", "int8-dynamic"),
+    "avx2": ("int8-weight", "int8-dynamic"),
+    "baseline": ("int8-weight", "int8-dynamic"),
 }
 
 _KIND_LABELS = {"cuda": "CUDA GPU", "amx": "AMX CPU", "avx512-bf16": "AVX-512 BF16 CPU (no AMX)",

@@ -44,7 +44,7 @@ def default_device() -> torch.device:
 
 def default_precision(device: torch.device, role: str = "target") -> str:
     """What ``auto`` means on ``device``: nf4 on CUDA; on CPU the measured choice for its features
-    (engine.hardware.AUTO_PRECISION: bf16 only where it is native, dynamic int8 elsewhere)."""
+    (engine.hardware.AUTO_PRECISION: bf16 only with AMX, int8 weights on other CPUs)."""
     return hardware.auto_precision(hardware.detect_machine(device.type), role)
 
 

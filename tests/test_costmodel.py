@@ -129,7 +129,8 @@ def test_auto_precision_table():
     cuda = classify(True, "AVX2", HASWELL)
     assert auto_precision(cuda, "target") == auto_precision(cuda, "draft") == "nf4"
     avx2 = classify(False, "AVX2", HASWELL)
-    assert auto_precision(avx2, "target") != "bf16" and not avx2.native_bf16  # bf16 only where native
+    assert auto_precision(avx2, "target") == "int8-weight" and not avx2.native_bf16  # bf16 only where native
+    assert all(auto_precision(classify(False, "AVX512", f), "target") != "int8-dynamic" for f in (ZEN4, HASWELL))
     note = describe_choice(avx2, "int8-dynamic", "int8-dynamic", (True, False))
     assert note.startswith("AVX2 CPU") and "target int8-dynamic (auto)" in note and "draft int8-dynamic (chosen)" in note
 

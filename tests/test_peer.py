@@ -21,7 +21,7 @@ def test_server_command_plain_and_with_draft():
 def test_missing_binary_skips_the_peer_modes_with_a_message(capsys):
     from contextlib import ExitStack
 
-    from engine.bench import start_peers
+    from engine.bench_peer import start_peers
 
     assert find_llama_server("/no/such/llama-server") is None
     modes = ["target", "default", "llama-cpp", "llama-cpp-spec"]
@@ -40,7 +40,8 @@ BINARY = find_llama_server()
 def test_llama_server_peer_runs_in_the_bench_on_the_smollm2_gguf(capsys):
     from contextlib import ExitStack
 
-    from engine.bench import run_bench, start_peers
+    from engine.bench import run_bench
+    from engine.bench_peer import start_peers
     from engine.config import SpecConfig
     from engine.session import ChatEngine
 

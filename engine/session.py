@@ -54,12 +54,11 @@ class Pair:
     target: LoadedModel
     draft: LoadedModel
     costs: StepCosts  # calibrated at load: the adaptive k starts from it
+    precision_note: str  # what auto chose (or the user) on this machine
 
     def info(self) -> PairInfo:
-        note = describe_choice(detect_machine(self.target.device.type), self.target.precision,
-                               self.draft.precision, (self.target.auto_precision, self.draft.auto_precision))
         return PairInfo(self.target.name, self.draft.name, self.target.precision, self.draft.precision,
-                        str(self.target.device), note, self.costs)
+                        str(self.target.device), self.precision_note, self.costs)
 
 
 class ChatEngine:
@@ -95,7 +94,9 @@ class ChatEngine:
         short calibration of their forward costs."""
         check_pair(target, draft)
         costs = calibrate(self._runner(target), self._runner(draft))  # own KV caches: safe beside a generation
-        self.pair = Pair(target, draft, costs)
+        note = describe_choice(detect_machine(target.device.type), target.precision, draft.precision,
+                               (target.auto_precision, draft.auto_precision))
+        self.pair = Pair(target, draft, costs, note)
 
     def require_pair(self) -> Pair:
         pair = self.pair

@@ -31,10 +31,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(default: qwen2.5-coder-1.5b-instruct)")
     p.add_argument("--draft", default=None, help="draft model, same forms as --target "
                                                  "(default: qwen2.5-coder-0.5b-instruct)")
-    p.add_argument("--target-precision", choices=PRECISIONS, default=None,
-                   help="precision of the target (default: bf16 on CPU, nf4 on GPU)")
-    p.add_argument("--draft-precision", choices=PRECISIONS, default=None,
-                   help="precision of the draft (default: int8-dynamic on CPU, nf4 on GPU)")
+    p.add_argument("--target-precision", choices=PRECISIONS, default="auto",
+                   help="precision of the target (default: auto = measured fastest for this machine: nf4 on a GPU, "
+                        "bf16 on AMX CPUs, int8-weight on other CPUs)")
+    p.add_argument("--draft-precision", choices=PRECISIONS, default="auto",
+                   help="precision of the draft (default: auto = nf4 on a GPU, int8-dynamic on CPU)")
     p.add_argument("--api-key", default=os.environ.get("SPECLENS_API_KEY"),
                    help="require 'Authorization: Bearer KEY' on the OpenAI-compatible /v1 routes "
                         "(default: $SPECLENS_API_KEY; unset: no key needed)")
@@ -92,6 +93,7 @@ def load_engine(args: argparse.Namespace):
         sys.exit(f"[speclens] could not load the pair: {err}")
     print(f"[speclens] loaded {info.target} ({info.target_precision}) + {info.draft} ({info.draft_precision}) "
           f"on {info.device} in {time.perf_counter() - start:.1f} s", flush=True)
+    print(f"[speclens] precision: {info.precision_note}", flush=True)
     return engine
 
 

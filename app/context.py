@@ -59,7 +59,8 @@ class AppContext:
         except NoPairError:
             return None
         return {"target": info.target, "draft": info.draft, "target_precision": info.target_precision,
-                "draft_precision": info.draft_precision, "device": info.device}
+                "draft_precision": info.draft_precision, "device": info.device,
+                "precision_note": getattr(info, "precision_note", "")}
 
     def baseline(self) -> dict | None:
         """The cached target-only measurement for the loaded pair, or None (never measures)."""

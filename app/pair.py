@@ -19,6 +19,8 @@ def pair_status_html(pair: dict | None, baseline: dict | None = None, note: str 
                 f' · {esc(pair["device"])}')
         if baseline:
             body += f' · target-only {baseline["tokens_per_s"]:.1f} tok/s'
+        if pair.get("precision_note"):
+            body += f'<div class="precision-note">{esc(pair["precision_note"])}</div>'
     extra = f'<div class="pair-note">{esc(note)}</div>' if note else ""
     return f'<div class="pair-status">{body}{extra}</div>'
 

@@ -11,21 +11,11 @@ METER_MAX = 3.0  # the meter spans 0x .. 3x the target-only speed
 SERIES_COLORS = {"theory": "#6366f1", "measured": "#16a34a", "break-even": "#ef4444"}  # stable names, stable colours
 
 
-def theoretical_speedup(alpha: float, k: int, c: float) -> float:
-    """Expected speedup of speculative decoding: (1 - α^(k+1)) / ((1 - α)(k·c + 1)).
-
-    α: per-token acceptance rate, k: draft length, c: draft cost per token / target cost per forward.
-    """
-    alpha = min(max(alpha, 0.0), 1.0)
-    expected_tokens = k + 1 if alpha >= 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
-    return expected_tokens / (k * c + 1)
-
-
-def cost_ratio(stats: StatsEvent) -> float | None:
-    """c = (draft seconds per drafted token) / (target seconds per verify forward); None before any draft."""
-    if not stats.proposed or not stats.steps or stats.verify_s <= 0:
-        return None
-    return (stats.draft_s / stats.proposed) / (stats.verify_s / stats.steps)
+def theoretical_speedup(stats: StatsEvent, k: int) -> float | None:
+    """The cost model's expected speedup over target-only at draft length k, for the measured acceptance and
+    the fitted step costs (the same model the adaptive k maximises: engine.costmodel)."""
+    costs = stats.costs
+    return None if costs is None else costs.speedup(stats.alpha, k)
 
 
 def speedup(stats: StatsEvent | None, baseline: dict | None) -> float | None:
@@ -38,7 +28,7 @@ def format_stats(stats: StatsEvent | None) -> dict[str, str]:
     """The displayed values, as strings (tested directly)."""
     if stats is None:
         return dict.fromkeys(("tokens/s", "acceptance", "mean accepted", "k", "steps", "tokens"), "–")
-    c = cost_ratio(stats)
+    costs = stats.costs
     return {
         "tokens/s": f"{stats.tokens_per_s:.1f}",
         "acceptance": f"{stats.acceptance_rate:.0%}" if stats.proposed else "–",
@@ -46,7 +36,9 @@ def format_stats(stats: StatsEvent | None) -> dict[str, str]:
         "k": f"{stats.k}" + (" (fallback)" if stats.fallback else ""),
         "steps": f"{stats.steps}",
         "tokens": f"{stats.new_tokens}",
-        "draft cost c": "–" if c is None else f"{c:.2f}",
+        "verify ms": "–" if costs is None else
+        f"{costs.verify_fixed_s * 1e3:.0f} + {costs.verify_per_token_s * 1e3:.0f}·n",
+        "draft ms/token": "–" if costs is None else f"{costs.draft_per_token_s * 1e3:.0f}",
     }
 
 
@@ -63,8 +55,10 @@ def _cache_card(cache: CacheEvent | None) -> str:
             f'<div class="stat-value">{esc(value)}</div><div class="stat-label">cache</div></div>')
 
 
-def meter_html(factor: float | None, baseline: dict | None, served_from_cache: bool = False) -> str:
-    """Break-even meter: the speculative speed as a multiple of the measured target-only speed."""
+def meter_html(factor: float | None, baseline: dict | None, served_from_cache: bool = False,
+               predicted: float | None = None) -> str:
+    """Break-even meter: the speculative speed as a multiple of the measured target-only speed, with the cost
+    model's prediction for the current k beside it."""
     if not baseline:
         return '<div class="meter-box"><div class="meter-caption">Target-only speed not measured yet.</div></div>'
     if served_from_cache:  # no model ran: a speed ratio would be meaningless
@@ -74,6 +68,8 @@ def meter_html(factor: float | None, baseline: dict | None, served_from_cache: b
     text = "served from the cache" if served_from_cache else "–" if factor is None else f"{factor:.2f}× target-only"
     how = (f"target-only {baseline['tokens_per_s']:.1f} tok/s, measured on this machine: "
            f"{baseline.get('how', '')}")
+    if predicted is not None and not served_from_cache:
+        how += f"; cost model at this k: {predicted:.2f}×"
     return (f'<div class="meter-box"><div class="meter-head"><span>Break-even meter</span>'
             f'<span class="meter-value {state}">{esc(text)}</span></div>'
             f'<div class="meter"><div class="meter-fill {state}" style="width:{fill:.1f}%"></div>'
@@ -85,11 +81,13 @@ def meter_html(factor: float | None, baseline: dict | None, served_from_cache: b
 def render_stats(stats: StatsEvent | None, cache: CacheEvent | None, baseline: dict | None,
                  status: str = "") -> str:
     values = format_stats(stats)
+    predicted = None if stats is None else theoretical_speedup(stats, stats.k)
     cards = "".join(_card(label, value) for label, value in values.items())
     status_html = f'<div class="run-status">{esc(status)}</div>' if status else ""
     return (f'<div class="stats-panel" id="stats-panel">{status_html}<div class="stat-grid">{cards}'
             f"{_cache_card(cache)}</div>"
-            f"{meter_html(speedup(stats, baseline), baseline, cache is not None and cache.outcome in SERVED)}</div>")
+            f"{meter_html(speedup(stats, baseline), baseline, cache is not None and cache.outcome in SERVED, predicted)}"
+            "</div>")
 
 
 def _frame(rows: list[dict], dtypes: dict[str, str]) -> pd.DataFrame:
@@ -109,16 +107,14 @@ def acceptance_frame(stats: StatsEvent | None) -> pd.DataFrame:
 
 
 def speedup_frame(stats: StatsEvent | None, baseline: dict | None, k_max: int = 12) -> pd.DataFrame:
-    """Theoretical speedup over k for the measured α and c, the measured speedup, and break-even (1×)."""
+    """The cost model's speedup over k (0 = target-only) for the measured α and fitted costs, the measured
+    speedup, and break-even (1×)."""
     rows = []
-    c = cost_ratio(stats) if stats is not None else None
-    if stats is not None and c is not None:
-        alpha, hi = stats.acceptance_rate, max(k_max, stats.k + 2)
-        for k in range(1, hi + 1):
-            rows.append({"k": k, "speedup": theoretical_speedup(alpha, k, c),
-                         "series": "theory"})
+    if stats is not None and stats.costs is not None:
+        hi = max(k_max, stats.k + 2)
+        rows += [{"k": k, "speedup": theoretical_speedup(stats, k), "series": "theory"} for k in range(hi + 1)]
         measured = speedup(stats, baseline)
         if measured is not None:
-            rows += [{"k": k, "speedup": measured, "series": "measured"} for k in (1, hi)]
-        rows += [{"k": k, "speedup": 1.0, "series": "break-even"} for k in (1, hi)]
+            rows += [{"k": k, "speedup": measured, "series": "measured"} for k in (0, hi)]
+        rows += [{"k": k, "speedup": 1.0, "series": "break-even"} for k in (0, hi)]
     return _frame(rows, {"k": "int64", "speedup": "float64", "series": "str"})

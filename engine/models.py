@@ -10,7 +10,9 @@ from pathlib import Path
 import torch
 
 from engine.catalog import BUILTIN_MODELS, builtin_dir, user_gguf_dir
-from engine.config import check_precision
+from engine.config import AUTO, check_precision
+from engine import hardware
+from engine.int8_weight import quantize_int8_weight
 from engine.errors import IncompatiblePairError, InvalidSettingError, ModelFormatError, UnknownModelError
 
 # bitsandbytes int8 on CPU warns on every matmul; the cast it announces is expected
@@ -35,6 +37,7 @@ class LoadedModel:
     eos_ids: frozenset[int]
     context_window: int
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    auto_precision: bool = False  # the precision was chosen by ``auto`` for this machine
 
 
 def default_device() -> torch.device:
@@ -42,10 +45,15 @@ def default_device() -> torch.device:
 
 
 def default_precision(device: torch.device, role: str = "target") -> str:
-    """nf4 for both on CUDA; on CPU bf16 for the target and dynamic int8 for the draft (the fastest here)."""
-    if device.type == "cuda":
-        return "nf4"
-    return "int8-dynamic" if role == "draft" else "bf16"
+    """What ``auto`` means on ``device``: nf4 on CUDA; on CPU the measured choice for its features
+    (engine.hardware.AUTO_PRECISION: bf16 only with AMX, int8 weights on other CPUs)."""
+    return hardware.auto_precision(hardware.detect_machine(device.type), role)
+
+
+def resolve_precision(precision: str | None, device: torch.device, role: str = "target") -> str:
+    """A concrete precision: ``None`` and ``auto`` become this machine's default for ``role``."""
+    precision = check_precision(precision or AUTO)
+    return default_precision(device, role) if precision == AUTO else precision
 
 
 def resolve_source(name: str) -> str:
@@ -97,8 +105,8 @@ def hub_source(repo_id: str) -> str:
 
 
 def _quantization_kwargs(precision: str, device: torch.device) -> dict:
-    if precision in ("bf16", "fp32", "int8-dynamic"):  # int8-dynamic quantises an fp32 model after loading
-        return {"dtype": torch.bfloat16 if precision == "bf16" else torch.float32}
+    if precision in ("bf16", "fp32", "int8-dynamic", "int8-weight"):  # the int8 ones quantise after loading
+        return {"dtype": torch.bfloat16 if precision in ("bf16", "int8-weight") else torch.float32}
     from transformers import BitsAndBytesConfig
     if precision == "int8":
         config = BitsAndBytesConfig(load_in_8bit=True)
@@ -115,7 +123,8 @@ def load_model(name: str, precision: str | None = None, device: torch.device | N
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = device or default_device()
-    precision = check_precision(precision or default_precision(device, role))
+    auto = precision in (None, AUTO)
+    precision = resolve_precision(precision, device, role)
     if precision == "int8-dynamic" and device.type != "cpu":
         raise InvalidSettingError("int8-dynamic runs on CPU only; use int8 or nf4 (bitsandbytes) on a GPU")
     source = resolve_source(name)
@@ -125,15 +134,17 @@ def load_model(name: str, precision: str | None = None, device: torch.device | N
     except (OSError, ValueError) as err:
         raise UnknownModelError(f"could not load {name!r}: {str(err).splitlines()[0]}. "
                                 f"Built-in models: {', '.join(BUILTIN_MODELS)}") from err
-    if precision in ("bf16", "fp32"):
+    if precision in ("bf16", "fp32", "int8-weight"):
         model = model.to(device)
-    if precision == "int8-dynamic":
-        model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    if precision == "int8-dynamic":  # in place: a copy would double the fp32 peak
+        model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+    if precision == "int8-weight":
+        model = quantize_int8_weight(model)
     model.eval()
-    return wrap_model(name, precision, model, tokenizer)
+    return wrap_model(name, precision, model, tokenizer, auto_precision=auto)
 
 
-def wrap_model(name: str, precision: str, model, tokenizer) -> LoadedModel:
+def wrap_model(name: str, precision: str, model, tokenizer, auto_precision: bool = False) -> LoadedModel:
     """Describe an already-built model (used by tests with tiny random models too)."""
     vocab = tokenizer.get_vocab() if tokenizer is not None else {}
     eos = set()
@@ -145,7 +156,7 @@ def wrap_model(name: str, precision: str, model, tokenizer) -> LoadedModel:
                        vocab_size=min(vocab_size, _output_rows(model)),
                        eos_ids=frozenset(eos), context_window=int(getattr(model.config, "max_position_embeddings",
                                                                              4096)),
-                       device=next(model.parameters()).device)
+                       device=next(model.parameters()).device, auto_precision=auto_precision)
 
 
 def _output_rows(model) -> int:

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.cache import cached_chat
 from engine.cache.judge import LLMJudge, judge_for
+from engine.calibrate import calibrate
+from engine.costmodel import StepCosts
+from engine.hardware import describe_choice, detect_machine
 from engine.prompt import encode_chat
 from engine.config import CACHE_OFF, CacheConfig, SamplingConfig, SpecConfig
 from engine.divergence import Divergence, Fp32Proof, first_divergence
@@ -22,7 +25,7 @@ from engine.errors import NoPairError
 from engine.events import Event
 from engine.kpolicy import AdaptiveK, FixedK, KPolicy
 from engine.runner import ModelRunner
-from engine.models import LoadedModel, check_pair, check_pair_sources, load_model
+from engine.models import LoadedModel, check_pair, check_pair_sources, load_model, resolve_precision
 from engine.proposers import PROPOSERS
 from engine.proposers.cached_answer import CachedAnswerProposer
 from engine.reference import reference_generate
@@ -31,10 +34,12 @@ from engine.speculative import speculative_generate
 from engine.stream import TokenStream
 
 
-def k_policy(spec: SpecConfig) -> KPolicy:
+def k_policy(spec: SpecConfig, prior: StepCosts | None = None) -> KPolicy:
+    """The policy for ``spec``; ``prior`` (the pair's calibration) starts its cost model."""
     if spec.adaptive:
-        return AdaptiveK(k_init=min(max(spec.k, spec.k_min), spec.k_max), k_min=spec.k_min, k_max=spec.k_max)
-    return FixedK(spec.k)
+        return AdaptiveK(k_init=min(max(spec.k, spec.k_min), spec.k_max), k_min=spec.k_min, k_max=spec.k_max,
+                         prior=prior)
+    return FixedK(spec.k, prior=prior)
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,8 @@ class PairInfo:
     target_precision: str
     draft_precision: str
     device: str
+    precision_note: str = ""  # why these precisions, e.g. "AVX2 CPU (...) -> target int8-dynamic (auto), ..."
+    costs: StepCosts | None = None  # the step costs measured at load
 
 
 @dataclass(frozen=True)
@@ -51,10 +58,12 @@ class Pair:
     """The loaded models as one value: swapped in one assignment, read once per request."""
     target: LoadedModel
     draft: LoadedModel
+    costs: StepCosts  # calibrated at load: the adaptive k starts from it
+    precision_note: str  # what auto chose (or the user) on this machine
 
     def info(self) -> PairInfo:
         return PairInfo(self.target.name, self.draft.name, self.target.precision, self.draft.precision,
-                        str(self.target.device))
+                        str(self.target.device), self.precision_note, self.costs)
 
 
 class ChatEngine:
@@ -81,8 +90,8 @@ class ChatEngine:
         target, draft = target.strip(), draft.strip()
         with self._load_lock:
             current = self.pair
-            new_target = self._reusable(current and current.target, target, target_precision)
-            new_draft = self._reusable(current and current.draft, draft, draft_precision)
+            new_target = self._reusable(current and current.target, target, target_precision, "target")
+            new_draft = self._reusable(current and current.draft, draft, draft_precision, "draft")
             if new_target is None or new_draft is None:
                 check_pair_sources(target, draft)
             new_target = new_target or load_model(target, target_precision, role="target")
@@ -91,15 +100,20 @@ class ChatEngine:
         return self.info()
 
     @staticmethod
-    def _reusable(current: LoadedModel | None, name: str, precision: str | None) -> LoadedModel | None:
-        if current is not None and current.name == name and precision in (None, current.precision):
+    def _reusable(current: LoadedModel | None, name: str, precision: str | None, role: str) -> LoadedModel | None:
+        if current is not None and current.name == name and \
+                resolve_precision(precision, current.device, role) == current.precision:
             return current
         return None
 
     def use_models(self, target: LoadedModel, draft: LoadedModel) -> None:
-        """Install already-loaded models (tests, benchmarks): one assignment, after the pair check."""
+        """Install already-loaded models (tests, benchmarks): one assignment, after the pair check and a
+        short calibration of their forward costs."""
         check_pair(target, draft)
-        self.pair = Pair(target, draft)
+        costs = calibrate(self._runner(target), self._runner(draft))  # own KV caches: safe beside a generation
+        note = describe_choice(detect_machine(target.device.type), target.precision, draft.precision,
+                               (target.auto_precision, draft.auto_precision))
+        self.pair = Pair(target, draft, costs, note)
 
     def require_pair(self) -> Pair:
         pair = self.pair
@@ -174,7 +188,7 @@ class ChatEngine:
         if hit.outcome == "verified":  # the cached answer becomes the draft; the target has the last word
             proposer = CachedAnswerProposer(list(hit.answer_token_ids), fallback=proposer)
         decoder = speculative_generate(self._runner(pair.target), proposer, prompt_ids, stream, sampling,
-                                       k_policy=k_policy(spec), cancel=cancel)
+                                       k_policy=k_policy(spec, pair.costs), cancel=cancel)
         with closing(self._stepwise(decoder)) as events:
             for event in events:
                 if event.type == "done":

@@ -47,10 +47,11 @@ def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: li
         # 4. roll back the target to the accepted prefix (the new token is fed next step)
         target.rollback(len(context) + verdict.n_accepted)
         model_draft = len(draft) if draft.q_probs is not None else 0  # one-hot drafts are free: not k's business
-        k_policy.update(verdict.n_accepted, model_draft, t1 - t0, t2 - t1)
+        k_policy.update(verdict.n_accepted, model_draft, t1 - t0, t2 - t1, n_fed=len(feed) + len(draft))
         stats.draft_s += t1 - t0
         stats.verify_s += t2 - t1
         stats.fallback = k_policy.fallback
+        stats.costs = k_policy.costs
         stats.record_step(len(draft), verdict.n_accepted)
         # 5. emit
         new_tokens = draft.tokens[: verdict.n_accepted] + [verdict.token]

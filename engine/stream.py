@@ -5,6 +5,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from engine.costmodel import StepCosts
 from engine.detok import IncrementalDetokenizer
 from engine.events import DoneEvent, StatsEvent, TokenEvent
 
@@ -60,10 +61,12 @@ class StatsTracker:
     steps: int = 0
     proposed: int = 0
     accepted: int = 0
+    rejected: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
     k: int = 0
     fallback: bool = False
+    costs: StepCosts | None = None  # the k policy's fitted step costs
     accepted_by_pos: list[int] = field(default_factory=list)
     proposed_by_pos: list[int] = field(default_factory=list)
     t0: float = field(default_factory=time.perf_counter)
@@ -73,6 +76,7 @@ class StatsTracker:
         self.k = n_proposed
         self.proposed += n_proposed
         self.accepted += n_accepted
+        self.rejected += n_accepted < n_proposed
         grow = n_proposed - len(self.proposed_by_pos)
         if grow > 0:
             self.proposed_by_pos += [0] * grow
@@ -83,6 +87,14 @@ class StatsTracker:
 
     def snapshot(self, new_tokens: int) -> StatsEvent:
         return StatsEvent(steps=self.steps, new_tokens=new_tokens, proposed=self.proposed, accepted=self.accepted,
-                          elapsed_s=time.perf_counter() - self.t0, k=self.k, proposer=self.proposer,
+                          rejected=self.rejected, elapsed_s=time.perf_counter() - self.t0, k=self.k, proposer=self.proposer,
                           fallback=self.fallback, draft_s=self.draft_s, verify_s=self.verify_s,
-                          accepted_by_pos=tuple(self.accepted_by_pos), proposed_by_pos=tuple(self.proposed_by_pos))
+                          accepted_by_pos=tuple(self.accepted_by_pos), proposed_by_pos=tuple(self.proposed_by_pos),
+                          **_cost_fields(self.costs))
+
+
+def _cost_fields(costs: StepCosts | None) -> dict:
+    if costs is None:
+        return {}
+    return {"verify_fixed_s": costs.verify_fixed_s, "verify_per_token_s": costs.verify_per_token_s,
+            "draft_per_token_s": costs.draft_per_token_s}

@@ -131,3 +131,38 @@ def test_runner_reuse_across_generations_same_prompt():
                                          TokenStream(target.tokenizer, target.eos_ids, 20, False), sampling,
                                          k_policy=FixedK(3)))[-1]
         assert again.token_ids == first.token_ids
+
+
+def test_int8_weight_target_greedy_speculative_equals_reference():
+    """The quantised target is the target: the reference decodes with the same int8-weight model."""
+    from engine.int8_weight import quantize_int8_weight
+    target, draft = tiny_pair(2)
+    target = wrap_model("tiny-int8w", "int8-weight", quantize_int8_weight(target.model.bfloat16()), target.tokenizer)
+    sampling = SamplingConfig(max_new_tokens=40, stop_on_eos=False)
+    for k in (1, 4):
+        spec = spec_tokens(target, draft, [5, 6, 7], sampling, k)
+        assert spec.token_ids == ref_tokens(target, [5, 6, 7], sampling).token_ids
+        assert 0 < spec.stats.accepted < spec.stats.proposed
+
+
+def test_int8_weight_rows_do_not_depend_on_the_batch_but_int8_dynamic_rows_do():
+    """Why the target is int8-weight and not int8-dynamic: per-tensor activation scales mix the rows."""
+    from engine.int8_weight import Int8WeightLinear
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 96)
+    x = torch.randn(8, 64)
+    x[5] *= 40  # one outlier token in the batch
+    weight_only = Int8WeightLinear(linear)
+    assert torch.equal(weight_only(x)[:1], weight_only(x[:1]))
+    dynamic = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(linear), {torch.nn.Linear},
+                                                     dtype=torch.qint8)
+    assert not torch.equal(dynamic(x)[:1], dynamic(x[:1]))
+    assert torch.allclose(weight_only(x).float(), linear(x), atol=0.1, rtol=0.05)
+
+
+def test_stats_carry_the_fitted_step_costs():
+    target, draft = tiny_pair(0)
+    done = spec_tokens(target, draft, [3, 4, 5], SamplingConfig(max_new_tokens=30, stop_on_eos=False), 4)
+    costs = done.stats.costs
+    assert costs is not None and costs.draft_per_token_s > 0 and costs.verify_s(5) > 0
+    assert done.stats.rejected > 0 and 0 < done.stats.alpha < 1

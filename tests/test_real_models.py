@@ -157,3 +157,37 @@ def test_default_qwen_pair_smoke():
                                   SamplingConfig(max_new_tokens=12), SpecConfig(k=4)))
     assert len(events[-1].token_ids) > 0 and events[-1].text.strip()
     assert events[-1].stats.proposed > 0
+
+
+@pytest.fixture(scope="module")
+def smol_int8_target():
+    """An int8-weight SmolLM2 target (the quantised target auto picks) with an int8-dynamic draft."""
+    engine = ChatEngine()
+    engine.load_pair(SMOL, SMOL, "int8-weight", "int8-dynamic")
+    return engine
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_smollm2_int8_weight_target_greedy_speculative_equals_reference(smol_int8_target, prompt):
+    from engine.config import DEFAULT_SPEC
+    messages = [{"role": "user", "content": prompt}]
+    sampling = SamplingConfig(max_new_tokens=40)
+    ref = done(smol_int8_target.generate_reference(messages, sampling))[-1]
+    for spec_config in (SpecConfig(k=4), DEFAULT_SPEC):
+        spec = done(smol_int8_target.generate(messages, sampling, spec_config, cache_mode="off"))[-1]
+        assert spec.token_ids == ref.token_ids and spec.text.strip()
+    assert 0 < spec.stats.accepted
+
+
+def test_auto_precision_is_the_machine_choice_and_said_so(smol_int8_target):
+    from engine.catalog import model_gguf
+    from engine.hardware import auto_precision, detect_machine
+    engine = ChatEngine()
+    info = engine.load_pair(SMOL, SMOL)  # auto for both
+    machine = detect_machine("cpu")
+    assert info.target_precision == auto_precision(machine, "target")
+    assert info.draft_precision == auto_precision(machine, "draft")
+    assert "target " + info.target_precision + " (auto)" in info.precision_note
+    assert info.costs.verify_fixed_s + info.costs.verify_per_token_s > 0 and info.costs.draft_per_token_s > 0
+    gguf = model_gguf(SMOL)  # the peer bench runs llama.cpp on this very file
+    assert gguf.is_file() and gguf.suffix == ".gguf"

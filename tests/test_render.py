@@ -16,8 +16,9 @@ from app.race import race_summary
 from app.render import (error_html, error_message, legend_html, render_answer, render_cache_note, render_token,
                         render_user, token_title)
 from app.settings import UISettings, cache_config, sampling_config, spec_config
-from app.stats_view import (acceptance_frame, cost_ratio, format_stats, render_stats, speedup, speedup_frame,
+from app.stats_view import (acceptance_frame, format_stats, render_stats, speedup, speedup_frame,
                             theoretical_speedup)
+from engine.costmodel import StepCosts
 from app.turn import Turn, trace_document
 from engine.config import CACHE_OFF, CacheConfig
 from engine.errors import EmptyPromptError, InvalidSettingError, NoPairError
@@ -136,15 +137,22 @@ def test_render_stats_shows_cache_outcome_and_meter():
     assert speedup(stats(), baseline) == pytest.approx(2.0)
 
 
-def test_theory_formula():
-    assert theoretical_speedup(0.0, 4, 0.1) == pytest.approx(1 / 1.4)
-    assert theoretical_speedup(1.0, 4, 0.0) == pytest.approx(5.0)
-    assert theoretical_speedup(0.5, 2, 0.0) == pytest.approx((1 - 0.125) / 0.5)
+COSTS = dict(verify_fixed_s=0.2, verify_per_token_s=0.05, draft_per_token_s=0.02)
 
 
-def test_cost_ratio_and_plot_frames():
-    s = stats()
-    assert cost_ratio(s) == pytest.approx((0.4 / 16) / (1.2 / 4))
+def test_theory_uses_the_engine_cost_model():
+    s = stats(rejected=4, **COSTS)  # 8 accepted, 4 rejections: alpha = 2/3
+    assert s.alpha == pytest.approx(2 / 3)
+    assert theoretical_speedup(s, 4) == pytest.approx(StepCosts(**COSTS).speedup(2 / 3, 4))
+    assert theoretical_speedup(s, 0) == pytest.approx(1.0)
+    assert theoretical_speedup(stats(), 4) is None  # no fitted costs yet
+    values = format_stats(s)
+    assert values["verify ms"] == "200 + 50·n" and values["draft ms/token"] == "20"
+    assert "cost model at this k:" in render_stats(s, None, {"tokens_per_s": 3.0, "how": "x"})
+
+
+def test_plot_frames():
+    s = stats(rejected=4, **COSTS)
     acc = acceptance_frame(s)
     assert list(acc["position"]) == ["01", "02", "03", "04"]
     assert sorted(acceptance_frame(StatsEvent(1, 1, 12, 12, 1.0, 12, accepted_by_pos=(1,) * 12,
@@ -152,6 +160,8 @@ def test_cost_ratio_and_plot_frames():
     assert list(acc["acceptance"]) == [1.0, 0.5, 0.25, 0.25]
     frame = speedup_frame(s, {"tokens_per_s": 3.0})
     assert set(frame["series"]) == {"theory", "measured", "break-even"}
+    theory = frame[frame["series"] == "theory"]
+    assert theory["k"].min() == 0 and theory["speedup"].iloc[0] == pytest.approx(1.0)
     empty_speed, empty_acc = speedup_frame(None, None), acceptance_frame(None)
     assert empty_speed.empty and empty_acc.empty
     # typed even when empty, so the plots keep numeric axes after "Clear chat"

@@ -1,0 +1,82 @@
+"""Forward cost per precision: seconds for one forward of n new tokens after a fixed context, per model.
+
+python -m engine.bench_forward [--models NAME,NAME] [--precisions bf16,int8-dynamic] [--tokens 1,2,4,8,16]
+                               [--context 100] [--repeats 3] [--json OUT]
+
+Prints one row per (model, precision) with the median milliseconds at each n and the fitted t(n) = a + b*n,
+and the detected machine. Rerun it with ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` to see an
+AVX2-only CPU. Models are loaded one at a time.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+
+from tqdm.auto import tqdm
+
+from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
+from engine.calibrate import forward_costs
+from engine.costmodel import fit_line
+from engine.hardware import detect_machine
+from engine.models import load_model
+from engine.runner import ModelRunner
+
+
+def measure(models: list[str], precisions: list[str], tokens: list[int], context: int, repeats: int) -> list[dict]:
+    """Per model, all precisions loaded together and measured in alternation (round by round), so a busy
+    machine slows them alike and the ratios hold."""
+    rows = []
+    for name in models:
+        runners = {}
+        for precision in precisions:  # as listed: put int8-dynamic first (it passes through fp32 while loading)
+            loaded = load_model(name, precision)
+            runners[loaded.precision] = ModelRunner(loaded.model, loaded.vocab_size)
+            gc.collect()
+        samples = {p: {n: [] for n in tokens} for p in runners}
+        for _ in tqdm(range(repeats), desc=name, leave=False):
+            for precision, runner in runners.items():
+                for n, seconds in forward_costs(runner, context, tokens, 1).items():
+                    samples[precision][n].append(seconds)
+        for precision, by_n in samples.items():
+            costs = {n: statistics.median(times) for n, times in by_n.items()}
+            fixed, per_token = fit_line(list(costs), list(costs.values()))
+            rows.append({"model": name, "precision": precision, "ms": {n: s * 1e3 for n, s in costs.items()},
+                         "fit_a_ms": fixed * 1e3, "fit_b_ms": per_token * 1e3})
+        del runners
+        gc.collect()
+    return rows
+
+
+def format_rows(rows: list[dict], tokens: list[int]) -> str:
+    head = f"{'model':<30} {'precision':<13}" + "".join(f"{f'n={n}':>9}" for n in tokens) + "   fit a+b*n (ms)"
+    lines = [head]
+    for r in rows:
+        cells = "".join(f"{r['ms'][n]:>9.0f}" for n in tokens)
+        lines.append(f"{r['model']:<30} {r['precision']:<13}{cells}   {r['fit_a_ms']:.0f} + {r['fit_b_ms']:.0f}*n")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m engine.bench_forward", description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=f"{DEFAULT_TARGET},{DEFAULT_DRAFT}")
+    parser.add_argument("--precisions", default="int8-dynamic,int8-weight,bf16")
+    parser.add_argument("--tokens", default="1,2,4,8,16", help="numbers of new tokens fed per forward")
+    parser.add_argument("--context", type=int, default=100, help="tokens already in the KV cache")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args(argv)
+    tokens = [int(n) for n in args.tokens.split(",")]
+    machine = detect_machine()
+    print(f"machine: {machine.describe()}", flush=True)
+    rows = measure([m.strip() for m in args.models.split(",")], [p.strip() for p in args.precisions.split(",")],
+                   tokens, args.context, args.repeats)
+    print(format_rows(rows, tokens))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": machine.describe(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

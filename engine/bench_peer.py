@@ -1,0 +1,49 @@
+"""The bench's llama.cpp modes: one llama-server (engine.peer) per mode, asked for the same prompt tokens."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import ExitStack
+
+from engine.catalog import model_gguf
+from engine.peer import INSTALL_HINT, LlamaServer, ServerConfig, find_llama_server
+
+PEER_MODES = ("llama-cpp", "llama-cpp-spec")  # llama-server, plain and with the draft GGUF (-md)
+
+
+def llama_cpp_mode(server: LlamaServer) -> Callable:
+    """A bench mode asking a running llama-server for the same prompt tokens, greedy, same max tokens."""
+    def run(engine, messages, sampling, spec, item) -> dict:
+        result = server.complete(engine.encode(messages, sampling), sampling.max_new_tokens)
+        tokens = result["tokens"]
+        end = next((i for i, t in enumerate(tokens) if t in engine.target.eos_ids), len(tokens))
+        timings = result["timings"]
+        drafted = timings.get("draft_n")
+        return {"tokens": tokens[:end], "seconds": result["seconds"], "mean_accepted": None,
+                "acceptance_rate": timings.get("draft_n_accepted", 0) / drafted if drafted else None,
+                "server_tokens_per_s": timings.get("predicted_per_second")}
+    return run
+
+
+def start_peers(stack: ExitStack, modes: list[str], target: str, draft: str, binary: str | None) -> dict:
+    """Start one llama-server per requested peer mode; returns {mode: runner}. Drops (and says why) the peer
+    modes that cannot run here."""
+    wanted = [m for m in modes if m in PEER_MODES]
+    if not wanted:
+        return {}
+    found = find_llama_server(binary)
+    target_gguf, draft_gguf = model_gguf(target), model_gguf(draft)
+    why = (f"no llama-server found ({INSTALL_HINT})" if found is None else
+           f"the target {target!r} has no GGUF file" if target_gguf is None else None)
+    runners = {}
+    for mode in wanted:
+        if why is None and mode == "llama-cpp-spec" and draft_gguf is None:
+            print(f"[bench] skipping {mode}: the draft {draft!r} has no GGUF file", flush=True)
+        elif why is None:
+            config = ServerConfig(found, target_gguf, draft_gguf if mode == "llama-cpp-spec" else None)
+            print(f"[bench] starting llama-server for {mode}: {found}", flush=True)
+            runners[mode] = llama_cpp_mode(stack.enter_context(LlamaServer(config)))
+        else:
+            print(f"[bench] skipping {mode}: {why}", flush=True)
+        if mode not in runners:
+            modes.remove(mode)
+    return runners

@@ -1,0 +1,45 @@
+"""Forward costs measured on the loaded models: the table behind ``python -m engine.bench_forward`` and the
+cost model's starting point, measured once when a pair loads."""
+from __future__ import annotations
+
+import statistics
+import time
+
+from engine.costmodel import CostFit, StepCosts, fit_line
+from engine.runner import ModelRunner
+
+CALIBRATION_CONTEXT = 16  # tokens in the KV cache before the timed forwards (a short prefill: cheap at load)
+CALIBRATION_TOKENS = (1, CostFit.PRIOR_SPAN)
+
+
+def _plain_ids(n: int) -> list[int]:
+    return [(17 * i + 11) % 1000 + 100 for i in range(n)]  # ordinary tokens; wrapped to small vocabularies
+
+
+def forward_costs(runner: ModelRunner, context: int, tokens: list[int], repeats: int) -> dict[int, float]:
+    """Median seconds of a forward over n new tokens after ``context`` cached tokens, for each n. The context is
+    prefilled once (kept when the runner already holds it)."""
+    ids = [i % runner.vocab_size for i in _plain_ids(context + max(tokens))]
+    if runner.tokens != ids[:context]:
+        runner.reset()
+        runner.forward(ids[:context], n_logits=1)
+        runner.forward(ids[context:context + 1], n_logits=1)  # warm-up
+        runner.rollback(context)
+    costs = {}
+    for n in tokens:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            runner.forward(ids[context:context + n], n_logits=n)
+            times.append(time.perf_counter() - start)
+            runner.rollback(context)
+        costs[n] = statistics.median(times)
+    return costs
+
+
+def calibrate(target: ModelRunner, draft: ModelRunner, repeats: int = 2) -> StepCosts:
+    """StepCosts from a few timed forwards: the target at 1 and 8 new tokens, the draft at 1."""
+    verify = forward_costs(target, CALIBRATION_CONTEXT, list(CALIBRATION_TOKENS), repeats)
+    a, b = fit_line(list(verify), list(verify.values()))
+    drafted = forward_costs(draft, CALIBRATION_CONTEXT, [1], repeats)
+    return StepCosts(verify_fixed_s=a, verify_per_token_s=b, draft_per_token_s=drafted[1])

@@ -1,0 +1,96 @@
+"""What a speculation step costs, as a function of the draft length k. Pure Python (the app imports it).
+
+A step drafts k tokens at ``draft_per_token_s`` each and runs one target forward over the k+1 tokens it
+feeds: ``verify_s(n) = verify_fixed_s + verify_per_token_s * n``. Where the target's matmuls are
+memory-bound (a GPU, AMX) the per-token part is small and long drafts pay; where they are compute-bound
+(bf16 without native support) verifying k+1 tokens costs about k+1 single-token forwards and they do not.
+``CostFit`` fits the line online from the steps, anchored by a calibration measured at load.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Tokens one step yields with k drafted tokens, each accepted with probability alpha (plus the target's)."""
+    alpha = min(max(alpha, 0.0), 1.0)
+    return float(k + 1) if alpha >= 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    verify_fixed_s: float  # a: seconds of a target forward whatever its length
+    verify_per_token_s: float  # b: seconds per token fed to that forward
+    draft_per_token_s: float  # seconds per drafted token
+
+    def verify_s(self, n_fed: int) -> float:
+        return self.verify_fixed_s + self.verify_per_token_s * n_fed
+
+    def step_s(self, k: int) -> float:
+        """Draft k tokens, then verify the k+1 fed tokens (the last new token plus the draft)."""
+        return k * self.draft_per_token_s + self.verify_s(k + 1)
+
+    def tokens_per_s(self, alpha: float, k: int) -> float:
+        return expected_tokens(alpha, k) / self.step_s(k)
+
+    def speedup(self, alpha: float, k: int) -> float:
+        """Expected speed with draft length k over target-only decoding (k = 0 gives 1)."""
+        return self.tokens_per_s(alpha, k) * self.verify_s(1)
+
+    def best_k(self, alpha: float, candidates: list[int]) -> int:
+        """The candidate with the most expected tokens per second (ties: the shorter draft)."""
+        return max(sorted(candidates), key=lambda k: (self.tokens_per_s(alpha, k), -k))
+
+
+def fit_line(ns: list[float], ts: list[float], weights: list[float] | None = None) -> tuple[float, float]:
+    """Weighted least squares t = a + b*n, with a, b >= 0. All n equal: a flat line through their mean."""
+    weights = weights or [1.0] * len(ns)
+    sw = sum(weights)
+    mean_n = sum(w * n for w, n in zip(weights, ns)) / sw
+    mean_t = sum(w * t for w, t in zip(weights, ts)) / sw
+    var = sum(w * (n - mean_n) ** 2 for w, n in zip(weights, ns))
+    b = 0.0 if var <= 1e-12 * sw else max(0.0, sum(w * (n - mean_n) * (t - mean_t)
+                                                  for w, n, t in zip(weights, ns, ts)) / var)
+    a = mean_t - b * mean_n
+    if a < 0:  # a line through the origin instead
+        a, b = 0.0, sum(w * n * t for w, n, t in zip(weights, ns, ts)) / sum(w * n * n for w, n in zip(weights, ns))
+    return a, b
+
+
+class CostFit:
+    """Online estimate of StepCosts from step timings.
+
+    Verify timings are kept as decayed (n_fed, seconds) points; the calibration (``prior``) adds two fixed
+    points at n = 1 and n = ``PRIOR_SPAN`` with weight ``prior_weight``, so the slope stays defined while k
+    does not move. The draft cost per token is an exponential average started at the prior's.
+    """
+    PRIOR_SPAN = 8
+
+    def __init__(self, prior: StepCosts | None = None, decay: float = 0.9, prior_weight: float = 1.0):
+        self.decay, self.prior_weight = decay, prior_weight
+        self.prior = prior
+        self.points: list[tuple[int, float, float]] = []  # (n_fed, seconds, weight)
+        self.draft_per_token_s = prior.draft_per_token_s if prior else None
+        self._first = True
+
+    def observe(self, n_fed: int, verify_s: float, n_drafted: int, draft_s: float) -> None:
+        """One step's timings. The first step also prefills the prompt: it says nothing about a step."""
+        if self._first:
+            self._first = False
+            return
+        self.points = [(n, t, w * self.decay) for n, t, w in self.points if w * self.decay > 1e-3]
+        self.points.append((n_fed, verify_s, 1.0))
+        if n_drafted:
+            per_token = draft_s / n_drafted
+            self.draft_per_token_s = (per_token if self.draft_per_token_s is None
+                                      else 0.7 * self.draft_per_token_s + 0.3 * per_token)
+
+    def costs(self) -> StepCosts | None:
+        """The current estimate; None until there is a verify timing and a draft timing (or a prior)."""
+        points = list(self.points)
+        if self.prior is not None:
+            points += [(n, self.prior.verify_s(n), self.prior_weight) for n in (1, self.PRIOR_SPAN)]
+        if not points or self.draft_per_token_s is None:
+            return None
+        a, b = fit_line([p[0] for p in points], [p[1] for p in points], [p[2] for p in points])
+        return StepCosts(verify_fixed_s=a, verify_per_token_s=b, draft_per_token_s=self.draft_per_token_s)

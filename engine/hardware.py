@@ -1,0 +1,113 @@
+"""What machine we run on, and the precision ``auto`` picks for it.
+
+The kind comes from detected features only: CUDA, else torch's CPU capability (which follows
+``ATEN_CPU_CAPABILITY``) and the /proc/cpuinfo flags, capped by ``ONEDNN_MAX_CPU_ISA`` (oneDNN runs the bf16
+matmuls; capped at AVX2 it has no native bf16). ``AUTO_PRECISION`` holds the measured choice per kind
+(``python -m engine.bench_forward``; numbers in the README).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+MACHINE_KINDS = ("cuda", "amx", "avx512-bf16", "avx512", "avx2", "baseline")
+ROLES = ("target", "draft")
+
+# (target, draft) per machine kind (python -m engine.bench_forward, numbers in the README):
+# - The target is never int8-dynamic: its per-forward activation scale makes a token's logits depend on the
+#   other tokens of the verify forward, so the loop would not be lossless (engine/int8_weight.py).
+# - avx2, avx512, baseline (no native bf16): bf16 verify grows ~linearly with the tokens fed; int8-weight
+#   reads half the bytes and grows far less with n (per 1536x8960 matmul under AVX2 emulation, n = 1/8/16:
+#   int8-weight 19/26/35 ms, bf16 18/50/88 ms).
+# - avx512-bf16 without AMX: int8-weight as well (half the memory traffic at n = 1, and exact: native bf16
+#   matmuls are not even row-for-row identical across batch shapes).
+# - amx: bf16 runs on the AMX tiles with a flat verify cost; no AMX machine here to measure, so bf16 stays.
+# - The draft: dynamic int8 is the cheapest draft token on every CPU measured; lossless does not need it exact.
+# - cuda: nf4 (bitsandbytes) for both.
+AUTO_PRECISION: dict[str, tuple[str, str]] = {
+    "cuda": ("nf4", "nf4"),
+    "amx": ("bf16", "int8-dynamic"),
+    "avx512-bf16": ("int8-weight", "int8-dynamic"),
+    "avx512": ("int8-weight", "int8-dynamic"),
+    "avx2": ("int8-weight", "int8-dynamic"),
+    "baseline": ("int8-weight", "int8-dynamic"),
+}
+
+_KIND_LABELS = {"cuda": "CUDA GPU", "amx": "AMX CPU", "avx512-bf16": "AVX-512 BF16 CPU (no AMX)",
+                "avx512": "AVX-512 CPU (no native bf16)", "avx2": "AVX2 CPU (no native bf16)",
+                "baseline": "CPU without AVX2"}
+_ISA_RANK = ("SSE41", "AVX", "AVX2", "AVX512", "AMX")  # coarse order of ONEDNN_MAX_CPU_ISA values
+
+
+@dataclass(frozen=True)
+class Machine:
+    kind: str  # one of MACHINE_KINDS
+    features: tuple[str, ...]  # what the kind was decided from, for the message
+
+    @property
+    def native_bf16(self) -> bool:
+        return self.kind in ("cuda", "amx", "avx512-bf16")
+
+    def describe(self) -> str:
+        return f"{_KIND_LABELS[self.kind]} [{', '.join(self.features)}]"
+
+
+def _isa_rank(value: str) -> int:
+    """Rank of an ONEDNN_MAX_CPU_ISA value (AVX2_VNNI -> AVX2, AVX512_CORE_BF16 -> AVX512); unset/ALL = top."""
+    value = value.upper()
+    if not value or value in ("ALL", "DEFAULT"):
+        return len(_ISA_RANK)
+    if "AMX" in value:
+        return _ISA_RANK.index("AMX")
+    return max((i for i, name in enumerate(_ISA_RANK) if value.startswith(name)), default=0)
+
+
+def classify(cuda: bool, capability: str, flags: frozenset[str], onednn_isa: str = "") -> Machine:
+    """The machine kind from its features (pure: tested with made-up inputs)."""
+    if cuda:
+        return Machine("cuda", ("cuda",))
+    capability = capability.upper()
+    isa = _isa_rank(onednn_isa)
+    seen = [f"torch {capability}"] + ([f"ONEDNN_MAX_CPU_ISA={onednn_isa}"] if onednn_isa else [])
+    if capability.startswith("AVX512") and isa >= _ISA_RANK.index("AVX512"):
+        if "amx_bf16" in flags and isa >= _ISA_RANK.index("AMX"):
+            return Machine("amx", (*seen, "amx_bf16"))
+        if "avx512_bf16" in flags:
+            return Machine("avx512-bf16", (*seen, "avx512_bf16", *(["avx512_vnni"] if "avx512_vnni" in flags
+                                                                    else [])))
+        return Machine("avx512", (*seen, *(["avx512_vnni"] if "avx512_vnni" in flags else [])))
+    if capability.startswith("AVX"):  # AVX2, or AVX-512 capped by ONEDNN_MAX_CPU_ISA
+        return Machine("avx2", tuple(seen))
+    return Machine("baseline", tuple(seen))
+
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def detect_machine(device_type: str | None = None) -> Machine:
+    """This machine; ``device_type`` ("cpu" / "cuda") says where the models run (default: CUDA if present)."""
+    import torch
+
+    cuda = torch.cuda.is_available() if device_type is None else device_type == "cuda"
+    return classify(cuda, torch.backends.cpu.get_cpu_capability(), cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA", ""))
+
+
+def auto_precision(machine: Machine, role: str) -> str:
+    return AUTO_PRECISION[machine.kind][ROLES.index(role)]
+
+
+def describe_choice(machine: Machine, target_precision: str, draft_precision: str,
+                    chosen: tuple[bool, bool] = (True, True)) -> str:
+    """E.g. 'AVX2 CPU (no native bf16) -> target int8-dynamic (auto), draft int8-dynamic (auto)'."""
+    def part(role: str, precision: str, auto: bool) -> str:
+        return f"{role} {precision} ({'auto' if auto else 'chosen'})"
+    return (f"{_KIND_LABELS[machine.kind]} -> {part('target', target_precision, chosen[0])}, "
+            f"{part('draft', draft_precision, chosen[1])}")

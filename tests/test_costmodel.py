@@ -1,0 +1,146 @@
+"""The cost model, the adaptive k on synthetic timings, and the machine classification behind ``auto``."""
+import pytest
+
+from engine.costmodel import CostFit, StepCosts, expected_tokens, fit_line
+from engine.hardware import AUTO_PRECISION, MACHINE_KINDS, auto_precision, classify, describe_choice
+from engine.kpolicy import AdaptiveK, FixedK
+
+ZEN4 = frozenset({"avx2", "avx512f", "avx512_bf16", "avx512_vnni"})
+SAPPHIRE_RAPIDS = ZEN4 | {"amx_bf16", "amx_tile", "amx_int8"}
+HASWELL = frozenset({"avx2", "fma"})
+
+
+def run_policy(policy, accept, draft_s_per_token: float, verify, steps: int = 40) -> list[int]:
+    """Feed synthetic steps: ``accept(k)`` draft tokens kept, ``verify(n_fed)`` seconds per target forward.
+    Returns the k chosen at each step."""
+    policy.update(0, 4, draft_s=9.0, verify_s=9.0, n_fed=40)  # the first step includes the prefill: ignored
+    ks = []
+    for _ in range(steps):
+        k = policy.next_k()
+        ks.append(k)
+        policy.update(accept(k), k, draft_s=draft_s_per_token * k, verify_s=verify(k + 1), n_fed=k + 1)
+    return ks
+
+
+def test_flat_verify_cost_and_perfect_drafts_draft_long():
+    ks = run_policy(AdaptiveK(k_init=4, k_max=16), lambda k: k, 0.005, verify=lambda n: 0.2)
+    assert min(ks[-10:]) >= 12
+
+
+def test_same_acceptance_long_k_when_verify_is_flat_short_when_it_grows_with_n():
+    """alpha ~ 0.75 (the draft is wrong at its 4th token); same cost at n = 4, flat vs growing with n."""
+    flat = run_policy(AdaptiveK(k_init=4, k_max=16), lambda k: min(k, 3), 0.005, verify=lambda n: 0.27)
+    linear = run_policy(AdaptiveK(k_init=4, k_max=16), lambda k: min(k, 3), 0.005,
+                        verify=lambda n: 0.15 + 0.03 * n)
+    assert min(flat[-10:]) >= 6
+    assert 1 <= min(linear[-10:]) and max(linear[-10:]) <= 4
+
+
+def test_compute_bound_verify_stops_speculating():
+    """Verify cost proportional to the tokens fed (bf16 without native kernels): drafting cannot pay."""
+    ks = run_policy(AdaptiveK(k_init=4, k_max=16, probe_every=8), lambda k: min(k, 3), 0.005,
+                    verify=lambda n: 0.1 * n)
+    assert ks[-10:].count(0) >= 8
+
+
+def test_linear_verify_cost_is_learned_without_a_prior_once_k_moves():
+    policy = AdaptiveK(k_init=8, k_max=16)
+    policy.update(0, 8, 1.0, 1.0, n_fed=40)
+    for k in (8, 2, 5, 1, 12):
+        policy.update(k, k, draft_s=0.005 * k, verify_s=0.03 + 0.1 * (k + 1), n_fed=k + 1)
+    costs = policy.costs
+    assert costs.verify_per_token_s == pytest.approx(0.1, rel=1e-6)
+    assert costs.verify_fixed_s == pytest.approx(0.03, rel=1e-6)
+
+
+def test_low_acceptance_falls_back_to_target_steps_with_probes():
+    losing = AdaptiveK(k_init=4, probe_every=3)
+    losing.update(0, 4, 9.0, 9.0, n_fed=40)
+    for _ in range(10):
+        losing.update(0, 4, draft_s=0.4, verify_s=0.2, n_fed=5)  # expensive draft, always wrong
+    ks = [losing.next_k() for _ in range(6)]
+    assert losing.fallback and ks.count(0) >= 4 and max(ks) > 0
+
+
+def test_prior_alone_decides_before_any_step():
+    flat = AdaptiveK(k_init=4, k_max=16, prior=StepCosts(0.2, 0.0, 0.005))
+    steep = AdaptiveK(k_init=4, k_max=16, prior=StepCosts(0.03, 0.1, 0.005))
+    flat.accepted, steep.accepted = 50.0, 50.0  # as if the draft had been right 50 times in a row
+    assert flat.next_k() > steep.next_k() >= 1
+
+
+def test_prior_keeps_the_slope_when_k_never_moves():
+    fit = CostFit(StepCosts(0.03, 0.1, 0.005))
+    fit.observe(40, 9.0, 4, 1.0)
+    for _ in range(20):
+        fit.observe(5, 0.53, 4, 0.02)
+    costs = fit.costs()
+    assert costs.verify_s(5) == pytest.approx(0.53, rel=0.05)
+    assert costs.verify_per_token_s > 0.05
+
+
+def test_fixed_k_reports_costs_but_keeps_k():
+    policy = FixedK(3)
+    assert policy.costs is None
+    policy.update(3, 3, 9.0, 9.0, n_fed=30)
+    policy.update(3, 3, 0.03, 0.4, n_fed=4)
+    assert policy.next_k() == 3 and policy.costs.draft_per_token_s == pytest.approx(0.01)
+
+
+def test_step_costs_speedup_and_best_k():
+    flat = StepCosts(verify_fixed_s=0.1, verify_per_token_s=0.0, draft_per_token_s=0.01)
+    assert flat.speedup(0.9, 0) == pytest.approx(1.0)
+    assert flat.speedup(1.0, 4) == pytest.approx(5 * 0.1 / (0.04 + 0.1))
+    assert flat.best_k(0.0, [0, 1, 2]) == 0
+    linear = StepCosts(0.0, 0.1, 0.0)  # verify cost proportional to tokens fed: drafting can never win
+    assert linear.speedup(0.99, 8) < 1.0 and linear.best_k(0.99, [0, 1, 2, 4, 8]) == 0
+
+
+def test_fit_line_recovers_a_line_and_is_flat_for_one_n():
+    assert fit_line([1, 2, 4, 8], [0.3, 0.4, 0.6, 1.0]) == pytest.approx((0.2, 0.1))
+    assert fit_line([5, 5, 5], [1.0, 2.0, 3.0]) == pytest.approx((2.0, 0.0))
+    a, b = fit_line([1, 8], [0.5, 0.4])  # noise sloping down: no negative per-token cost
+    assert b == 0.0 and a == pytest.approx(0.45)
+
+
+def test_expected_tokens_formula():
+    assert expected_tokens(0.0, 5) == 1.0
+    assert expected_tokens(1.0, 5) == 6.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1.75)
+
+
+@pytest.mark.parametrize("cuda, capability, flags, isa, kind", [
+    (True, "AVX2", HASWELL, "", "cuda"),
+    (False, "AVX512", SAPPHIRE_RAPIDS, "", "amx"),
+    (False, "AVX512", ZEN4, "", "avx512-bf16"),
+    (False, "AVX512", frozenset({"avx2", "avx512f", "avx512_vnni"}), "", "avx512"),
+    (False, "AVX2", HASWELL, "", "avx2"),
+    (False, "AVX2", ZEN4, "AVX2", "avx2"),  # the emulation used for the AVX2 numbers
+    (False, "AVX512", ZEN4, "AVX2", "avx2"),  # oneDNN capped: bf16 matmuls are not native any more
+    (False, "AVX512", SAPPHIRE_RAPIDS, "AVX512_CORE_BF16", "avx512-bf16"),  # AMX switched off in oneDNN
+    (False, "DEFAULT", HASWELL, "", "baseline"),
+])
+def test_machine_kind_from_features(cuda, capability, flags, isa, kind):
+    assert classify(cuda, capability, flags, isa).kind == kind
+
+
+def test_auto_precision_table():
+    assert set(AUTO_PRECISION) == set(MACHINE_KINDS)
+    cuda = classify(True, "AVX2", HASWELL)
+    assert auto_precision(cuda, "target") == auto_precision(cuda, "draft") == "nf4"
+    avx2 = classify(False, "AVX2", HASWELL)
+    assert auto_precision(avx2, "target") == "int8-weight" and not avx2.native_bf16  # bf16 only where native
+    assert all(auto_precision(classify(False, "AVX512", f), "target") != "int8-dynamic" for f in (ZEN4, HASWELL))
+    note = describe_choice(avx2, "int8-dynamic", "int8-dynamic", (True, False))
+    assert note.startswith("AVX2 CPU") and "target int8-dynamic (auto)" in note and "draft int8-dynamic (chosen)" in note
+
+
+def test_avx2_emulation_env_is_detected_as_avx2():
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    out = subprocess.run([sys.executable, "-c", "from engine.hardware import detect_machine;"
+                          "m = detect_machine('cpu'); print(m.kind, m.native_bf16)"],
+                         env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["avx2", "False"]

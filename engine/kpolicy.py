@@ -4,9 +4,14 @@ The adaptive policy asks the cost model (engine.costmodel) for the k (0..k_max) 
 tokens per second, E(alpha, k) / (k * t_draft + t_verify(k + 1)), for the measured per-token acceptance
 alpha. k = 0 is a plain target step: when speculation is measurably losing, the policy falls back to it and
 probes with a short draft every ``probe_every`` steps. Both policies keep the fitted costs for the stats.
+
+Free drafts (one-hot: a prompt lookup, a cached answer) cost nothing to make but each token still widens the
+verify forward, which on compute-bound hardware costs ``verify_per_token_s`` apiece. The adaptive policy caps
+them with the same model at zero draft cost and their own measured acceptance (``free_limit``).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol
 
 from engine.costmodel import CostFit, StepCosts, expected_tokens
@@ -19,7 +24,10 @@ class KPolicy(Protocol):
 
     def next_k(self) -> int: ...
 
-    def update(self, n_accepted: int, n_proposed: int, draft_s: float, verify_s: float, n_fed: int) -> None: ...
+    def free_limit(self) -> int | None: ...
+
+    def update(self, n_accepted: int, n_proposed: int, draft_s: float, verify_s: float, n_fed: int,
+               n_free: int = 0) -> None: ...
 
     @property
     def costs(self) -> StepCosts | None: ...
@@ -35,7 +43,12 @@ class FixedK:
     def next_k(self) -> int:
         return self.k
 
-    def update(self, n_accepted: int, n_proposed: int, draft_s: float, verify_s: float, n_fed: int) -> None:
+    def free_limit(self) -> int | None:
+        """A fixed k leaves free drafts as the proposer made them."""
+        return None
+
+    def update(self, n_accepted: int, n_proposed: int, draft_s: float, verify_s: float, n_fed: int,
+               n_free: int = 0) -> None:
         """A fixed k only records the costs (for the stats)."""
         self.fit.observe(n_fed, verify_s, n_proposed, draft_s)
 
@@ -45,6 +58,8 @@ class FixedK:
 
 
 class AdaptiveK:
+    FREE_MAX = 32  # the longest free draft considered
+
     def __init__(self, k_init: int = 4, k_min: int = 1, k_max: int = 16, probe_every: int = 8,
                  decay: float = 0.8, prior: StepCosts | None = None):
         self.k, self.k_min, self.k_max, self.probe_every, self.decay = k_init, k_min, k_max, probe_every, decay
@@ -53,6 +68,7 @@ class AdaptiveK:
         self.fit = CostFit(prior)
         self.fallback = False
         self._since_probe = 0
+        self.free_accepted, self.free_rejected = 4.0, 1.0  # free drafts: a weak prior of 0.8
 
     @property
     def alpha(self) -> float:
@@ -76,10 +92,23 @@ class AdaptiveK:
         self.k = best
         return best
 
-    def update(self, n_accepted: int, n_proposed: int, draft_s: float, verify_s: float, n_fed: int) -> None:
+    def free_limit(self) -> int | None:
+        """The free-draft length with the most expected tokens per second (None until costs are known); at
+        least 1, so their acceptance stays measured."""
+        costs = self.costs
+        if costs is None:
+            return None
+        alpha = self.free_accepted / (self.free_accepted + self.free_rejected)
+        return replace(costs, draft_per_token_s=0.0).best_k(alpha, list(range(1, self.FREE_MAX + 1)))
+
+    def update(self, n_accepted: int, n_proposed: int, draft_s: float, verify_s: float, n_fed: int,
+               n_free: int = 0) -> None:
         """Feedback from a step that fed ``n_fed`` tokens to the target after a model draft of ``n_proposed``
-        tokens (0 = a plain target step, or a free draft such as a prompt lookup)."""
+        tokens or a free draft of ``n_free`` tokens (both 0: a plain target step)."""
         self.fit.observe(n_fed, verify_s, n_proposed, draft_s)
+        if n_free:
+            self.free_accepted = self.decay * self.free_accepted + n_accepted
+            self.free_rejected = self.decay * self.free_rejected + (1 if n_accepted < n_free else 0)
         if n_proposed == 0:
             return
         self.accepted = self.decay * self.accepted + n_accepted

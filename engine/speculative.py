@@ -34,7 +34,10 @@ def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: li
         budget = stream.remaining - 1  # draft tokens beyond this could never be emitted
         # 1. propose (k = 0 asks only for free drafts, e.g. a prompt lookup; a model proposer returns none)
         t0 = time.perf_counter()
-        draft = proposer.propose(context, min(k_policy.next_k(), budget)).truncate(budget)
+        draft = proposer.propose(context, min(k_policy.next_k(), budget))
+        free = draft.q_probs is None  # one-hot drafts cost nothing to make, but widen the verify forward
+        limit = k_policy.free_limit() if free else None
+        draft = draft.truncate(budget if limit is None else min(budget, limit))
         t1 = time.perf_counter()
         # 2. verify: one target forward over [tokens the target has not seen, *draft]
         target.rollback(target.reusable_prefix(context))
@@ -46,8 +49,9 @@ def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: li
         t2 = time.perf_counter()
         # 4. roll back the target to the accepted prefix (the new token is fed next step)
         target.rollback(len(context) + verdict.n_accepted)
-        model_draft = len(draft) if draft.q_probs is not None else 0  # one-hot drafts are free: not k's business
-        k_policy.update(verdict.n_accepted, model_draft, t1 - t0, t2 - t1, n_fed=len(feed) + len(draft))
+        model_draft, free_draft = (0, len(draft)) if free else (len(draft), 0)
+        k_policy.update(verdict.n_accepted, model_draft, t1 - t0, t2 - t1, n_fed=len(feed) + len(draft),
+                        n_free=free_draft)
         stats.draft_s += t1 - t0
         stats.verify_s += t2 - t1
         stats.fallback = k_policy.fallback

@@ -144,3 +144,21 @@ def test_avx2_emulation_env_is_detected_as_avx2():
                           "m = detect_machine('cpu'); print(m.kind, m.native_bf16)"],
                          env=env, capture_output=True, text=True, check=True).stdout.split()
     assert out == ["avx2", "False"]
+
+
+def _policy_with_costs(verify_fixed_s: float, verify_per_token_s: float) -> AdaptiveK:
+    return AdaptiveK(prior=StepCosts(verify_fixed_s=verify_fixed_s, verify_per_token_s=verify_per_token_s,
+                                     draft_per_token_s=0.02))
+
+
+def test_free_drafts_are_capped_where_each_verified_token_costs_and_long_where_verify_is_flat():
+    compute_bound, flat = _policy_with_costs(0.35, 0.08), _policy_with_costs(0.35, 0.001)
+    assert 1 <= compute_bound.free_limit() <= 6  # a = 0.35 s, b = 0.08 s, acceptance prior 0.8: 4
+    assert flat.free_limit() >= 3 * compute_bound.free_limit()
+    for _ in range(10):  # lookups that keep failing at once: shorter still, but never 0 (acceptance stays measured)
+        compute_bound.update(0, 0, draft_s=0.0, verify_s=0.35 + 0.08 * 9, n_fed=9, n_free=8)
+    assert compute_bound.free_limit() == 1
+
+
+def test_fixed_k_leaves_free_drafts_alone():
+    assert FixedK(4, prior=StepCosts(0.35, 0.08, 0.02)).free_limit() is None

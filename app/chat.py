@@ -124,11 +124,7 @@ def make_handlers(ctx: AppContext, elems: dict) -> dict:
                 gr.update(value=None, visible=False))
 
     def export(trace: dict):
-        if not trace or not trace.get("events"):
-            toast.warn("no answer to export yet")
-            return gr.update(value=None, visible=False)
-        path = tempfile.NamedTemporaryFile(prefix="speclens-trace-", suffix=".json", delete=False).name
-        return gr.update(value=write_trace(trace, path), visible=True)
+        return export_trace_file(trace, prefix="speclens-trace-", nothing="no answer to export yet")
 
     return dict(send=send, regenerate=regenerate, stop=stop, clear=clear, export=export)
 
@@ -143,3 +139,12 @@ def mark_stopped(content) -> str:
     if not is_streaming(text):
         return text
     return text.replace("tokstream streaming", "tokstream") + '<div class="finish-note">stopped by you</div>'
+
+
+def export_trace_file(trace: dict, *, prefix: str, nothing: str):
+    """The download button's update: the trace as a JSON file, or a warning when there is nothing yet."""
+    if not trace or not trace.get("events"):
+        toast.warn(nothing)
+        return gr.update(value=None, visible=False)
+    path = tempfile.NamedTemporaryFile(prefix=prefix, suffix=".json", delete=False).name
+    return gr.update(value=write_trace(trace, path), visible=True)

@@ -2,17 +2,17 @@
 from __future__ import annotations
 
 import contextlib
-import tempfile
 
 import gradio as gr
 
 from app import toast
+from app.chat import export_trace_file
 from app.components import read_settings
 from app.context import AppContext, session_id
 from app.divergence_view import divergence_html, proof_html
 from app.render import error_html, error_message
 from app.settings import UISettings, sampling_config, spec_config
-from app.turn import Turn, trace_document, write_trace
+from app.turn import Turn, trace_document
 from engine.config import CACHE_OFF
 
 
@@ -162,11 +162,7 @@ def make_race_handlers(ctx: AppContext, elems: dict) -> dict:
         return prove_race(ctx, elems, trace)
 
     def export(trace: dict):
-        if not trace or not trace.get("events"):
-            toast.warn("no race to export yet")
-            return gr.update(value=None, visible=False)
-        path = tempfile.NamedTemporaryFile(prefix="speclens-race-", suffix=".json", delete=False).name
-        return gr.update(value=write_trace(trace, path), visible=True)
+        return export_trace_file(trace, prefix="speclens-race-", nothing="no race to export yet")
 
     return dict(race=race, race_stop=stop, race_prove=prove, race_export=export)
 

@@ -32,7 +32,8 @@ def _check(cond: bool, message: str) -> None:
         raise InvalidSettingError(message)
 
 
-def _is_int(value) -> bool:
+def is_int(value) -> bool:
+    """An integer that is not a bool (True would pass as 1)."""
     return isinstance(value, Integral) and not isinstance(value, bool)
 
 
@@ -41,7 +42,7 @@ def _is_real(value) -> bool:
 
 
 def _int_in(name: str, value, low: int, high: int, note: str = "") -> None:
-    _check(_is_int(value) and low <= value <= high,
+    _check(is_int(value) and low <= value <= high,
            f"{name} must be a whole number in [{low}, {high}]{note}, got {value!r}")
 
 

@@ -15,6 +15,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
+from engine.config import is_int
+
 SCHEMA = 1
 _SCOPE = re.compile(r"^[0-9a-f]{1,64}$|^[\w.:-]{1,128}$")
 _MAX_TEXT = 1_000_000  # characters in a prompt or an answer
@@ -41,10 +43,6 @@ def _need(cond: bool, what: str) -> None:
         raise BadRecord(what)
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def decode_record(text) -> dict:
     """JSON text -> a checked record dict with ``embedding`` as a (d,) float32 array. Raises BadRecord."""
     if isinstance(text, (bytes, bytearray)):
@@ -63,7 +61,7 @@ def decode_record(text) -> dict:
         _need(isinstance(rec.get(name), str) and len(rec[name]) <= _MAX_TEXT, f"{name} is not text")
     _need(isinstance(rec.get("scope"), str) and bool(_SCOPE.match(rec["scope"])), "bad scope")
     ids = rec.get("answer_token_ids")
-    _need(isinstance(ids, list) and len(ids) <= _MAX_TOKENS and all(_is_int(t) and t >= 0 for t in ids),
+    _need(isinstance(ids, list) and len(ids) <= _MAX_TOKENS and all(is_int(t) and t >= 0 for t in ids),
           "answer_token_ids must be a list of non-negative integers")
     _need(isinstance(rec.get("created"), (int, float)) and math.isfinite(rec["created"]), "bad created time")
     meta = rec.get("meta", {})

@@ -108,14 +108,13 @@ def make_handlers(ctx: AppContext, elems: dict) -> dict:
         yield from stream_answer(ctx, elems, history=history[:-2], shown=shown[:-2], prompt=prompt, settings=fresh,
                                  session=session_id(request))
 
-    def stop(shown: list, trace: dict, request: gr.Request):
-        ctx.cancels.cancel(session_id(request))  # the engine stops at its next step; cancels= ends the stream
+    def stop(shown: list, request: gr.Request):
+        """Only raise the cancel flag: the engine ends at its next step with finish reason "cancelled", and the
+        answer's own stream writes the last update ("stopped by you"), so no late update can undo it."""
+        ctx.cancels.cancel(session_id(request))
         if not shown or not is_streaming(shown[-1].get("content")):
-            return shown, shown, info_html("Nothing is running."), gr.skip()
-        shown = [*shown[:-1], {"role": "assistant", "content": mark_stopped(shown[-1]["content"])}]
-        turn = Turn.from_dicts((trace or {}).get("events", []))
-        stats = render_stats(turn.stats, turn.cache, ctx.baseline(), status="stopped by you")
-        return shown, shown, info_html("Stopped."), stats
+            return info_html("Nothing is running.")
+        return info_html("Stopping at the next step…")
 
     def clear(request: gr.Request):
         ctx.cancels.cancel(session_id(request))
@@ -131,14 +130,6 @@ def make_handlers(ctx: AppContext, elems: dict) -> dict:
 
 def is_streaming(content) -> bool:
     return isinstance(content, str) and "tokstream streaming" in content
-
-
-def mark_stopped(content) -> str:
-    """A streamed answer cut off by the stop button: drop the streaming marker and say it was stopped."""
-    text = content if isinstance(content, str) else ""
-    if not is_streaming(text):
-        return text
-    return text.replace("tokstream streaming", "tokstream") + '<div class="finish-note">stopped by you</div>'
 
 
 def export_trace_file(trace: dict, *, prefix: str, nothing: str):

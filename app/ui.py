@@ -63,8 +63,7 @@ def wire_chat(ctx: AppContext, e: dict) -> None:
                  show_progress_on=[e["chatbot"]], **ENGINE)
     regen = e["regen"].click(h["regenerate"], inputs, outputs, api_name="regenerate",
                              show_progress_on=[e["chatbot"]], **ENGINE)
-    e["stop"].click(h["stop"], [e["shown"], e["trace"]], [e["chatbot"], e["shown"], e["error_box"], e["stats"]],
-                    cancels=[send, regen], queue=False, api_visibility="private")
+    e["stop"].click(h["stop"], [e["shown"]], [e["error_box"]], queue=False, api_visibility="private")
     e["clear"].click(h["clear"], None, [e[n] for n in ("chatbot", "shown", "history", "trace", "error_box", "stats",
                                                         "accept_plot", "speed_plot", "trace_file")],
                      cancels=[send, regen], queue=False, api_name="clear")

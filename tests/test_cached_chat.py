@@ -3,7 +3,7 @@ import threading
 
 import pytest
 
-from engine.config import CACHE_OFF, SamplingConfig, SpecConfig
+from engine.config import CACHE_OFF, CacheConfig, SamplingConfig, SpecConfig
 from engine.cache.embedder import load_default_embedder
 from engine.cache.semantic_cache import SemanticCache
 from engine.session import ChatEngine
@@ -101,7 +101,7 @@ def test_cache_off_neither_reads_nor_writes(engine):
     engine.cache.store(stored, _scope(engine, stored), "a cached answer", [1, 2], complete=True)
     fresh = "In one short sentence, what is a Python tuple?"
     for prompt in (stored, fresh):
-        events = ask(engine, prompt, cache_mode="off")
+        events = ask(engine, prompt, cache=CACHE_OFF)
         assert events[0].outcome == "off" and not any(e.type == "token" and e.kind == "cached" for e in events)
         assert events[-1].finish_reason == "eos"  # complete: it would have been stored with the cache on
     assert len(engine.cache) == 1  # the answers given with the cache off were not written
@@ -113,7 +113,7 @@ def test_entries_with_token_ids_outside_the_vocabulary_are_skipped(engine):
     for prompt, mode in (("Say hi.", "verify"), ("Say hi.", "direct")):
         engine.cache.clear()  # only the bad entry: not the answer generated in the previous round
         engine.cache.store(prompt, _scope(engine, prompt), "x", [1, vocab + 7, 2**40], complete=True)
-        events = ask(engine, prompt, cache_mode=mode)  # exact path: would raise OverflowError/IndexError
+        events = ask(engine, prompt, cache=CacheConfig(mode))  # exact path: would raise OverflowError/IndexError
         assert events[0].outcome == "miss" and events[-1].finish_reason in ("eos", "length")
         assert not any(e.type == "token" and e.kind == "cached" for e in events)
 

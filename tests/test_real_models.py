@@ -52,12 +52,15 @@ def test_default_cpu_draft_precision_int8_dynamic_stays_lossless_with_the_defaul
     engine = ChatEngine()
     info = engine.load_pair(SMOL, SMOL, "fp32")
     assert info.draft_precision == "int8-dynamic"
+    accepted = 0
     for prompt in PROMPTS:
         messages = [{"role": "user", "content": prompt}]
         sampling = SamplingConfig(max_new_tokens=40)
         spec = done(engine.generate(messages, sampling, DEFAULT_SPEC, cache=CACHE_OFF))[-1]
         assert spec.token_ids == done(engine.generate_reference(messages, sampling))[-1].token_ids
-        assert spec.stats.accepted > 0
+        accepted += spec.stats.accepted
+    # the adaptive k follows measured timings and may pause drafting on a short answer, not on all of them
+    assert accepted > 0
 
 
 def test_smollm2_events_carry_probabilities_and_text(smol_engine):
@@ -169,14 +172,16 @@ def smol_int8_target():
 
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_smollm2_int8_weight_target_greedy_speculative_equals_reference(smol_int8_target, prompt):
-    from engine.config import DEFAULT_SPEC
+    from engine.config import CACHE_OFF, DEFAULT_SPEC
     messages = [{"role": "user", "content": prompt}]
     sampling = SamplingConfig(max_new_tokens=40)
     ref = done(smol_int8_target.generate_reference(messages, sampling))[-1]
+    accepted = {}
     for spec_config in (SpecConfig(k=4), DEFAULT_SPEC):
-        spec = done(smol_int8_target.generate(messages, sampling, spec_config, cache_mode="off"))[-1]
+        spec = done(smol_int8_target.generate(messages, sampling, spec_config, cache=CACHE_OFF))[-1]
         assert spec.token_ids == ref.token_ids and spec.text.strip()
-    assert 0 < spec.stats.accepted
+        accepted[spec_config] = spec.stats.accepted
+    assert accepted[SpecConfig(k=4)] > 0  # the adaptive spec may rightly choose not to draft: timing-dependent
 
 
 def test_auto_precision_is_the_machine_choice_and_said_so(smol_int8_target):

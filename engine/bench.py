@@ -195,8 +195,9 @@ def format_table(result: dict) -> str:
         lines.append(f"{mode:<14} {s['tokens_per_s']:6.2f} tok/s  speedup geomean={s['speedup_geomean']:.2f}x "
                      f"min={s['speedup_min']:.2f}x{ident}  by kind: {kinds}")
         for pid, div in s["divergences"].items():
-            margin = f" top-2 margin {div['top2_margin']:.3f}" if "top2_margin" in div else f" ({div.get('note', '')})"
-            lines.append(f"{'':<14}   {pid}: first divergence at token {div['index']}{margin}")
+            tie = "a tie within rounding" if div["within_rounding"] else "NOT within rounding: a bug"
+            lines.append(f"{'':<14}   {pid}: first divergence at token {div['position']}, top-2 margin "
+                         f"{div['top2_margin']:.3f} (rounding step {div['rounding_step']:.3f}: {tie})")
     return "\n".join(lines)
 
 
@@ -239,10 +240,10 @@ def main(argv: list[str] | None = None) -> None:
         result = run_bench(engine, prompts, modes, spec, args.max_new_tokens, runners)
     result["header"] = {"precision": info.precision_note, "target": info.target, "draft": info.draft,
                         "target_precision": info.target_precision, "draft_precision": info.draft_precision}
-    print(format_table(result))
-    if args.json:
+    if args.json:  # first: a long run's data must survive whatever comes after
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
+    print(format_table(result))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ very same prompt. The binary comes from ``--llama-server PATH``, ``llama-server`
 """
 from __future__ import annotations
 
+import contextlib
+
 import importlib.util
 import json
 import os
@@ -105,12 +107,11 @@ class LlamaServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise PeerError(f"llama-server exited with code {self.process.returncode}: {self._log_tail()}")
-            try:
+            # an error here means still loading (503) or not listening yet
+            with contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError):
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as response:
                     if response.status == 200:
                         return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass  # still loading (503) or not listening yet
             time.sleep(0.5)
         raise PeerError(f"llama-server not healthy after {self.startup_timeout_s:.0f} s: {self._log_tail()}")
 

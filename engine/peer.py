@@ -7,7 +7,6 @@ very same prompt. The binary comes from ``--llama-server PATH``, ``llama-server`
 from __future__ import annotations
 
 import contextlib
-
 import importlib.util
 import json
 import os

@@ -172,6 +172,9 @@ def smol_int8_target():
 
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_smollm2_int8_weight_target_greedy_speculative_equals_reference(smol_int8_target, prompt):
+    """int8-weight computes its activations in bf16. Natively on AVX512_BF16 the answers are identical; where
+    bf16 is emulated (AVX2) a different batch shape can flip a near-tie, so a divergence must sit at a tie within
+    the precision's rounding (reported, never hidden), never at a clear margin."""
     from engine.config import CACHE_OFF, DEFAULT_SPEC
     messages = [{"role": "user", "content": prompt}]
     sampling = SamplingConfig(max_new_tokens=40)
@@ -179,7 +182,10 @@ def test_smollm2_int8_weight_target_greedy_speculative_equals_reference(smol_int
     accepted = {}
     for spec_config in (SpecConfig(k=4), DEFAULT_SPEC):
         spec = done(smol_int8_target.generate(messages, sampling, spec_config, cache=CACHE_OFF))[-1]
-        assert spec.token_ids == ref.token_ids and spec.text.strip()
+        assert spec.text.strip()
+        if spec.token_ids != ref.token_ids:
+            divergence = smol_int8_target.explain_divergence(messages, sampling, ref.token_ids, spec.token_ids)
+            assert divergence.within_rounding, divergence
         accepted[spec_config] = spec.stats.accepted
     assert accepted[SpecConfig(k=4)] > 0  # the adaptive spec may rightly choose not to draft: timing-dependent
 

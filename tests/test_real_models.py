@@ -25,12 +25,16 @@ def done(events):
     return events
 
 
+def smol_pair(target_precision: str, draft_precision: str) -> ChatEngine:
+    engine = ChatEngine()
+    engine.load_pair(SMOL, SMOL, target_precision, draft_precision)
+    return engine
+
+
 @pytest.fixture(scope="module")
 def smol_engine():
     """fp32 SmolLM2 target with an int8 copy of itself as the draft: a real pair that sometimes disagrees."""
-    engine = ChatEngine()
-    engine.load_pair(SMOL, SMOL, "fp32", "int8")
-    return engine
+    return smol_pair("fp32", "int8")
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
@@ -165,9 +169,7 @@ def test_default_qwen_pair_smoke():
 @pytest.fixture(scope="module")
 def smol_int8_target():
     """An int8-weight SmolLM2 target (the quantised target auto picks) with an int8-dynamic draft."""
-    engine = ChatEngine()
-    engine.load_pair(SMOL, SMOL, "int8-weight", "int8-dynamic")
-    return engine
+    return smol_pair("int8-weight", "int8-dynamic")
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)

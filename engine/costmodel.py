@@ -72,12 +72,14 @@ class CostFit:
         self.points: list[tuple[int, float, float]] = []  # (n_fed, seconds, weight)
         self.draft_per_token_s = prior.draft_per_token_s if prior else None
         self._first = True
+        self._fitted: StepCosts | None = None  # the fit of the current points, until the next observation
 
     def observe(self, n_fed: int, verify_s: float, n_drafted: int, draft_s: float) -> None:
         """One step's timings. The first step also prefills the prompt: it says nothing about a step."""
         if self._first:
             self._first = False
             return
+        self._fitted = None
         self.points = [(n, t, w * self.decay) for n, t, w in self.points if w * self.decay > 1e-3]
         self.points.append((n_fed, verify_s, 1.0))
         if n_drafted:
@@ -86,11 +88,15 @@ class CostFit:
                                       else 0.7 * self.draft_per_token_s + 0.3 * per_token)
 
     def costs(self) -> StepCosts | None:
-        """The current estimate; None until there is a verify timing and a draft timing (or a prior)."""
+        """The current estimate; None until there is a verify timing and a draft timing (or a prior). Fitted
+        once per observation: the loop asks for it several times a step."""
+        if self._fitted is not None:
+            return self._fitted
         points = list(self.points)
         if self.prior is not None:
             points += [(n, self.prior.verify_s(n), self.prior_weight) for n in (1, self.PRIOR_SPAN)]
         if not points or self.draft_per_token_s is None:
             return None
         a, b = fit_line([p[0] for p in points], [p[1] for p in points], [p[2] for p in points])
-        return StepCosts(verify_fixed_s=a, verify_per_token_s=b, draft_per_token_s=self.draft_per_token_s)
+        self._fitted = StepCosts(verify_fixed_s=a, verify_per_token_s=b, draft_per_token_s=self.draft_per_token_s)
+        return self._fitted

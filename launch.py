@@ -55,7 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def open_semantic_cache(cache_url: str | None = None, namespace: str = "speclens"):
     """The semantic cache in Redis (``cache_url``) or under the cache root; None (with a message) when its
     embedder is unavailable. A Redis that is down is not an error: the cache warns and reconnects later."""
-    from engine.catalog import cache_root
+    from engine.models.catalog import cache_root
     from engine.cache.backends import open_store
     from engine.cache.embedder import load_default_embedder
     from engine.cache.semantic_cache import SemanticCache
@@ -78,9 +78,9 @@ def open_semantic_cache(cache_url: str | None = None, namespace: str = "speclens
 
 def load_engine(args: argparse.Namespace):
     """Create the engine and load the pair, printing progress. Exits with a readable message on failure."""
-    from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
+    from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
     from engine.errors import EngineError
-    from engine.session import ChatEngine
+    from engine.chat_engine import ChatEngine
 
     target, draft = args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT
     start = time.perf_counter()

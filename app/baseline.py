@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from engine.catalog import cache_root
+from engine.models.catalog import cache_root
 from engine.config import SamplingConfig
 from engine.events import final_done
 

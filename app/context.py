@@ -49,7 +49,7 @@ class CancelFlags:
 
 @dataclass
 class AppContext:
-    engine: object  # engine.session.ChatEngine (duck-typed: the app never imports torch)
+    engine: object  # engine.chat_engine.ChatEngine (duck-typed: the app never imports torch)
     baselines: BaselineStore = field(default_factory=BaselineStore)
     cancels: CancelFlags = field(default_factory=CancelFlags)
 

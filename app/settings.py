@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from engine.catalog import BUILTIN_MODELS
+from engine.models.catalog import BUILTIN_MODELS
 from engine.config import CACHE_OFF, DEFAULT_CACHE_THRESHOLD, DEFAULT_SPEC, CacheConfig, SamplingConfig, SpecConfig
 from engine.errors import InvalidSettingError
 

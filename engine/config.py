@@ -12,8 +12,8 @@ from engine.errors import InvalidSettingError
 
 # int8-dynamic: torch's dynamic int8 Linear layers (fbgemm) on CPU, 3x faster per token than bf16 for a 0.5B
 # draft here; bitsandbytes int8/nf4 save memory but run slower than bf16 on CPU.
-# auto: the measured fastest for this machine and role (engine.hardware.AUTO_PRECISION).
-# int8-weight: int8 weights with bf16 activations (engine/int8_weight.py); unlike int8-dynamic, a token's
+# auto: the measured fastest for this machine and role (engine.models.hardware.AUTO_PRECISION).
+# int8-weight: int8 weights with bf16 activations (engine/models/int8_weight.py); unlike int8-dynamic, a token's
 # logits do not depend on the other tokens of the forward, so it keeps a target lossless.
 AUTO = "auto"
 PRECISIONS = (AUTO, "bf16", "fp32", "int8", "nf4", "int8-dynamic", "int8-weight")

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from engine.models import LoadedModel
-from engine.runner import common_prefix
+from engine.models.loading import LoadedModel
+from engine.decode.runner import common_prefix
 
 # Explicit mantissa bits of the numbers the logits are computed in, per precision. bnb int8/nf4 compute in bf16;
 # int8-dynamic quantises the activations to 8 bits, at least as coarse as bf16; int8-weight computes in bf16.

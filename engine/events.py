@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-from engine.costmodel import StepCosts
+from engine.speed.costmodel import StepCosts
 
 TOKEN_KINDS = ("accepted", "corrected", "bonus", "target", "cached")
 
@@ -50,7 +50,7 @@ class StatsEvent:
     verify_s: float = 0.0  # time spent in target forwards
     accepted_by_pos: tuple[int, ...] = ()  # accepted[i]: drafts whose token i was accepted
     proposed_by_pos: tuple[int, ...] = ()  # proposed[i]: drafts that had a token at position i
-    # the cost model fitted so far (engine.costmodel.StepCosts): a target forward over n tokens takes
+    # the cost model fitted so far (engine.speed.costmodel.StepCosts): a target forward over n tokens takes
     # verify_fixed_s + verify_per_token_s * n seconds, a drafted token draft_per_token_s; None before a fit
     verify_fixed_s: float | None = None
     verify_per_token_s: float | None = None

@@ -24,7 +24,7 @@ def free_port() -> int:
 
 def link_models(cache_dir: Path) -> None:
     """Reuse converted weights: <cache-dir>/models -> the normal cache root's models folder."""
-    from engine.catalog import cache_root
+    from engine.models.catalog import cache_root
 
     shared = cache_root() / "models"
     shared.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ import pytest
 from engine.config import CACHE_OFF, CacheConfig, SamplingConfig, SpecConfig
 from engine.cache.embedder import load_default_embedder
 from engine.cache.semantic_cache import SemanticCache
-from engine.session import ChatEngine
+from engine.chat_engine import ChatEngine
 
 pytestmark = pytest.mark.real
 SMOL = "smollm2-135m-instruct"

@@ -1,9 +1,9 @@
 """The cost model, the adaptive k on synthetic timings, and the machine classification behind ``auto``."""
 import pytest
 
-from engine.costmodel import CostFit, StepCosts, expected_tokens, fit_line
-from engine.hardware import AUTO_PRECISION, MACHINE_KINDS, auto_precision, classify, describe_choice
-from engine.kpolicy import AdaptiveK, FixedK
+from engine.speed.costmodel import CostFit, StepCosts, expected_tokens, fit_line
+from engine.models.hardware import AUTO_PRECISION, MACHINE_KINDS, auto_precision, classify, describe_choice
+from engine.speed.kpolicy import AdaptiveK, FixedK
 
 ZEN4 = frozenset({"avx2", "avx512f", "avx512_bf16", "avx512_vnni"})
 SAPPHIRE_RAPIDS = ZEN4 | {"amx_bf16", "amx_tile", "amx_int8"}
@@ -140,7 +140,7 @@ def test_avx2_emulation_env_is_detected_as_avx2():
     import subprocess
     import sys
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-    out = subprocess.run([sys.executable, "-c", "from engine.hardware import detect_machine;"
+    out = subprocess.run([sys.executable, "-c", "from engine.models.hardware import detect_machine;"
                           "m = detect_machine('cpu'); print(m.kind, m.native_bf16)"],
                          env=env, capture_output=True, text=True, check=True).stdout.split()
     assert out == ["avx2", "False"]

@@ -6,7 +6,7 @@ import torch
 
 from engine.config import CACHE_OFF, SamplingConfig, SpecConfig
 from engine.divergence import Divergence, first_divergence, rounding_step, top_logits
-from engine.session import ChatEngine
+from engine.chat_engine import ChatEngine
 from tests.tiny import tiny_pair
 
 

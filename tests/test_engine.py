@@ -8,8 +8,8 @@ from engine.config import PROPOSER_NAMES, CacheConfig, SamplingConfig, SpecConfi
 from engine.errors import InvalidSettingError
 from engine.events import final_done
 from engine.proposers import PROPOSERS
-from engine.session import ChatEngine
-from engine.stream import TokenStream
+from engine.chat_engine import ChatEngine
+from engine.decode.stream import TokenStream
 from tests.tiny import tiny_pair
 
 NAN = math.nan

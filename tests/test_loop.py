@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from engine.config import SamplingConfig
-from engine.kpolicy import FixedK
-from engine.models import wrap_model
+from engine.speed.kpolicy import FixedK
+from engine.models.loading import wrap_model
 from engine.proposers.draft_model import DraftModelProposer
-from engine.reference import reference_generate
-from engine.speculative import speculative_generate
-from engine.stream import TokenStream
+from engine.decode.reference import reference_generate
+from engine.decode.speculative import speculative_generate
+from engine.decode.stream import TokenStream
 from tests.tiny import (ByteTokenizer, cached, exact_sequence_probs, reference_done, run, sequence_distribution,
                         speculative_done, tiny_model, tiny_pair, total_variation)
 
@@ -135,7 +135,7 @@ def test_runner_reuse_across_generations_same_prompt():
 
 def test_int8_weight_target_greedy_speculative_equals_reference():
     """The quantised target is the target: the reference decodes with the same int8-weight model."""
-    from engine.int8_weight import quantize_int8_weight
+    from engine.models.int8_weight import quantize_int8_weight
     target, draft = tiny_pair(2)
     target = wrap_model("tiny-int8w", "int8-weight", quantize_int8_weight(target.model.bfloat16()), target.tokenizer)
     sampling = SamplingConfig(max_new_tokens=40, stop_on_eos=False)
@@ -147,7 +147,7 @@ def test_int8_weight_target_greedy_speculative_equals_reference():
 
 def test_int8_weight_rows_do_not_depend_on_the_batch_but_int8_dynamic_rows_do():
     """Why the target is int8-weight and not int8-dynamic: per-tensor activation scales mix the rows."""
-    from engine.int8_weight import Int8WeightLinear
+    from engine.models.int8_weight import Int8WeightLinear
     torch.manual_seed(0)
     linear = torch.nn.Linear(64, 96)
     x = torch.randn(8, 64)

@@ -2,7 +2,7 @@
 import pytest
 
 from engine.errors import EngineError, ModelFormatError, UnknownModelError
-from engine.models import ALLOW_DOWNLOADS_ENV, hub_source, resolve_source
+from engine.models.loading import ALLOW_DOWNLOADS_ENV, hub_source, resolve_source
 
 
 @pytest.fixture

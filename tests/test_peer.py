@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.peer import ServerConfig, find_llama_server, server_command
+from bench.peer import ServerConfig, find_llama_server, server_command
 
 SMOL = "smollm2-135m-instruct"
 
@@ -21,7 +21,7 @@ def test_server_command_plain_and_with_draft():
 def test_missing_binary_skips_the_peer_modes_with_a_message(capsys):
     from contextlib import ExitStack
 
-    from engine.bench_peer import start_peers
+    from bench.peer_modes import start_peers
 
     assert find_llama_server("/no/such/llama-server") is None
     modes = ["target", "default", "llama-cpp", "llama-cpp-spec"]
@@ -40,10 +40,10 @@ BINARY = find_llama_server()
 def test_llama_server_peer_runs_in_the_bench_on_the_smollm2_gguf(capsys):
     from contextlib import ExitStack
 
-    from engine.bench import run_bench
-    from engine.bench_peer import start_peers
+    from bench.speed import run_bench
+    from bench.peer_modes import start_peers
     from engine.config import SpecConfig
-    from engine.session import ChatEngine
+    from engine.chat_engine import ChatEngine
 
     engine = ChatEngine()
     engine.load_pair(SMOL, SMOL, "fp32", "int8-dynamic")

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from engine.config import SamplingConfig
-from engine.kpolicy import AdaptiveK, FixedK
-from engine.models import wrap_model
+from engine.speed.kpolicy import AdaptiveK, FixedK
+from engine.models.loading import wrap_model
 from engine.proposers import CONFIDENCE_CUTOFF, DraftModelProposer, HybridProposer, NgramProposer
 from engine.proposers.cached_answer import CachedAnswerProposer
 from engine.proposers.ngram import ngram_lookup

@@ -4,13 +4,13 @@ from importlib import metadata
 
 import pytest
 
-from engine.catalog import BUILTIN_MODELS, DEFAULT_DRAFT, DEFAULT_TARGET, BuiltinModel, assemble_gguf
+from engine.models.catalog import BUILTIN_MODELS, DEFAULT_DRAFT, DEFAULT_TARGET, BuiltinModel, assemble_gguf
 from engine.config import SamplingConfig, SpecConfig
-from engine.detok import IncrementalDetokenizer
+from engine.decode.detok import IncrementalDetokenizer
 from engine.errors import (EmptyPromptError, IncompatiblePairError, ModelIntegrityError, PromptTooLongError,
                            UnknownModelError)
-from engine.models import load_model, resolve_source
-from engine.session import ChatEngine
+from engine.models.loading import load_model, resolve_source
+from engine.chat_engine import ChatEngine
 
 pytestmark = pytest.mark.real
 SMOL = "smollm2-135m-instruct"
@@ -128,12 +128,12 @@ def test_failed_pair_load_keeps_the_previous_pair(smol_engine):
 
 def test_a_mismatched_pair_is_refused_before_any_weights_load(monkeypatch):
     """Tokenizers only: the SmolLM2/Qwen mismatch fails in about a second instead of after two model loads."""
-    import engine.session
+    import engine.chat_engine
 
     def no_weights(*args, **kwargs):
         raise AssertionError("weights were loaded before the tokenizers were compared")
 
-    monkeypatch.setattr(engine.session, "load_model", no_weights)
+    monkeypatch.setattr(engine.chat_engine, "load_model", no_weights)
     with pytest.raises(IncompatiblePairError, match="tokenize differently"):
         ChatEngine().load_pair(SMOL, DEFAULT_DRAFT)
 
@@ -193,8 +193,8 @@ def test_smollm2_int8_weight_target_greedy_speculative_equals_reference(smol_int
 
 
 def test_auto_precision_is_the_machine_choice_and_said_so(smol_int8_target):
-    from engine.catalog import model_gguf
-    from engine.hardware import auto_precision, detect_machine
+    from engine.models.catalog import model_gguf
+    from engine.models.hardware import auto_precision, detect_machine
     engine = ChatEngine()
     info = engine.load_pair(SMOL, SMOL)  # auto for both
     machine = detect_machine("cpu")

@@ -18,7 +18,7 @@ from app.render import (error_html, error_message, legend_html, render_answer, r
 from app.settings import UISettings, cache_config, sampling_config, spec_config
 from app.stats_view import (acceptance_frame, format_stats, render_stats, speedup, speedup_frame,
                             theoretical_speedup)
-from engine.costmodel import StepCosts
+from engine.speed.costmodel import StepCosts
 from app.turn import Turn, trace_document
 from engine.config import CACHE_OFF, CacheConfig
 from engine.errors import EmptyPromptError, InvalidSettingError, NoPairError
@@ -309,7 +309,7 @@ def test_cancel_flags_are_per_session():
 _BUILD_UI_WITHOUT_ENGINE = """
 import sys
 import launch
-import app.openai_api, app.markdown_view, app.render_bench, app.divergence_view
+import app.openai_api, app.markdown_view, bench.render, app.divergence_view
 from app.context import AppContext
 from app.ui import build_demo
 from engine.errors import NoPairError
@@ -481,7 +481,7 @@ def test_answer_holds_both_views_and_the_raw_view_is_unchanged():
 
 
 def test_render_bench_reports_milliseconds():
-    from app.render_bench import synthetic_tokens, time_updates
+    from bench.render import synthetic_tokens, time_updates
     tokens = synthetic_tokens(60)
     assert len(tokens) == 60 and "```python" in "".join(t.text for t in tokens)
     assert len(time_updates(tokens, every=20)) == 3

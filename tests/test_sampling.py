@@ -3,7 +3,7 @@ import torch
 
 from engine.config import SamplingConfig, SpecConfig
 from engine.errors import InvalidSettingError
-from engine.sampling import logits_to_probs, sample
+from engine.decode.sampling import logits_to_probs, sample
 
 
 def test_greedy_is_argmax_of_plain_softmax():

@@ -39,7 +39,7 @@ def shared(tmp_path_factory):
     Both instances use one --cache-dir (converted weights linked in, the target-only speed measured once by
     the first); their semantic cache is in Redis, so nothing of it is in that directory.
     """
-    from engine.catalog import cache_root
+    from engine.models.catalog import cache_root
 
     redis_server = RedisServer(require_redis_binary()).start()
     models = cache_root() / "models"

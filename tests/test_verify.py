@@ -1,7 +1,7 @@
 """Pure verification math on hand-made distributions."""
 import torch
 
-from engine.verify import verify_greedy, verify_rejection
+from engine.decode.verify import verify_greedy, verify_rejection
 
 
 def one_hot_rows(tokens, vocab=5, mass=0.9):

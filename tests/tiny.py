@@ -11,13 +11,13 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from engine.config import SamplingConfig
 from engine.events import DoneEvent
-from engine.kpolicy import KPolicy
-from engine.models import wrap_model
-from engine.reference import reference_generate
-from engine.runner import ModelRunner
-from engine.sampling import logits_to_probs
-from engine.speculative import speculative_generate
-from engine.stream import TokenStream
+from engine.speed.kpolicy import KPolicy
+from engine.models.loading import wrap_model
+from engine.decode.reference import reference_generate
+from engine.decode.runner import ModelRunner
+from engine.decode.sampling import logits_to_probs
+from engine.decode.speculative import speculative_generate
+from engine.decode.stream import TokenStream
 
 VOCAB = 48
 

@@ -5,9 +5,9 @@ from collections.abc import Iterator
 
 from engine.config import CacheConfig, SamplingConfig
 from engine.events import CacheEvent, Event
-from engine.models import LoadedModel
+from engine.models.loading import LoadedModel
 from engine.cache.semantic_cache import CacheHit, SemanticCache, make_scope
-from engine.stream import StatsTracker, TokenStream
+from engine.decode.stream import StatsTracker, TokenStream
 
 
 def _cacheable(sampling: SamplingConfig) -> bool:

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.models import LoadedModel
-from engine.runner import ModelRunner
+from engine.models.loading import LoadedModel
+from engine.decode.runner import ModelRunner
 
 INSTRUCTION = ("You check a cache of answers. Two user requests count as the same only if one answer would "
                "correctly and fully answer both: same task, same subject, same programming language or tool, "

@@ -1,6 +1,6 @@
 """Proposer registry: name -> factory. Siblings, not subclasses."""
 from engine.config import PROPOSER_NAMES
-from engine.proposers.base import EMPTY_DRAFT, Draft, Proposer
+from engine.decode.draft import EMPTY_DRAFT, Draft, Proposer
 from engine.proposers.draft_model import DraftModelProposer
 from engine.proposers.hybrid import HybridProposer
 from engine.proposers.ngram import NgramProposer

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from engine.config import SamplingConfig
-from engine.proposers.base import Draft, Proposer
+from engine.decode.draft import Draft, Proposer
 from engine.proposers.ngram import ngram_lookup
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 
 from engine.config import SamplingConfig
-from engine.runner import ModelRunner
-from engine.proposers.base import EMPTY_DRAFT, Draft
-from engine.sampling import logits_to_probs, sample
+from engine.decode.runner import ModelRunner
+from engine.decode.draft import EMPTY_DRAFT, Draft
+from engine.decode.sampling import logits_to_probs, sample
 
 
 class DraftModelProposer:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from engine.config import SamplingConfig
-from engine.proposers.base import Draft
+from engine.decode.draft import Draft
 from engine.proposers.draft_model import DraftModelProposer
 from engine.proposers.ngram import NgramProposer
 

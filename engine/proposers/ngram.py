@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from engine.config import SamplingConfig
-from engine.proposers.base import EMPTY_DRAFT, Draft
+from engine.decode.draft import EMPTY_DRAFT, Draft
 
 
 def ngram_lookup(context: list[int], k: int, max_ngram: int = 4, min_ngram: int = 2,

@@ -1,7 +1,7 @@
 """The draft–verify loop. Read top to bottom: propose, verify, accept, roll back, emit.
 
 ``speculative_generate`` is lossless: with greedy sampling it returns exactly the tokens of
-``engine.reference.reference_generate``; with sampling, the same distribution (rejection sampling).
+``engine.decode.reference.reference_generate``; with sampling, the same distribution (rejection sampling).
 """
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import torch
 
 from engine.config import SamplingConfig
 from engine.events import Event, TokenEvent
-from engine.kpolicy import FixedK, KPolicy
-from engine.runner import ModelRunner
-from engine.proposers.base import Draft, Proposer
-from engine.sampling import logits_to_probs, make_generator
-from engine.stream import StatsTracker, TokenStream
-from engine.verify import Verdict, verify_greedy, verify_rejection
+from engine.speed.kpolicy import FixedK, KPolicy
+from engine.decode.runner import ModelRunner
+from engine.decode.draft import Draft, Proposer
+from engine.decode.sampling import logits_to_probs, make_generator
+from engine.decode.stream import StatsTracker, TokenStream
+from engine.decode.verify import Verdict, verify_greedy, verify_rejection
 
 
 def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: list[int], stream: TokenStream,

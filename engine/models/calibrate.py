@@ -1,12 +1,12 @@
-"""Forward costs measured on the loaded models: the table behind ``python -m engine.bench_forward`` and the
+"""Forward costs measured on the loaded models: the table behind ``python -m bench.forward`` and the
 cost model's starting point, measured once when a pair loads."""
 from __future__ import annotations
 
 import statistics
 import time
 
-from engine.costmodel import CostFit, StepCosts, fit_line
-from engine.runner import ModelRunner
+from engine.speed.costmodel import CostFit, StepCosts, fit_line
+from engine.decode.runner import ModelRunner
 
 CALIBRATION_CONTEXT = 16  # tokens in the KV cache before the timed forwards (a short prefill: cheap at load)
 CALIBRATION_TOKENS = (1, CostFit.PRIOR_SPAN)

@@ -1,7 +1,7 @@
 """Evaluate the semantic cache on labelled prompt pairs, and measure its lookup latency.
 
-    python -m engine.cache_eval --pairs FILE.jsonl [--json OUT] [--threshold X] [--cache-url URL] [--judge MODEL]
-    python -m engine.cache_eval --latency [--entries 10000] [--cache-url URL]
+    python -m bench.cache_eval --pairs FILE.jsonl [--json OUT] [--threshold X] [--cache-url URL] [--judge MODEL]
+    python -m bench.cache_eval --latency [--entries 10000] [--cache-url URL]
 
 FILE.jsonl holds {"a": ..., "b": ..., "same": bool} per line. For each pair a fresh cache stores ``a`` and
 looks up ``b`` in ``direct`` mode. "Served" means answered without verification (exact or cached); the
@@ -215,7 +215,7 @@ def format_latency(r: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m engine.cache_eval", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.cache_eval", description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", help="JSONL file of {a, b, same}")
     parser.add_argument("--json", help="write the full report here")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         judge = None
         if args.judge:
             from engine.cache.judge import YES_THRESHOLDS, LLMJudge
-            from engine.models import load_model
+            from engine.models.loading import load_model
 
             threshold = args.judge_threshold if args.judge_threshold is not None else YES_THRESHOLDS.get(args.judge)
             if threshold is None:

@@ -3,7 +3,7 @@
 The kind comes from detected features only: CUDA, else torch's CPU capability (which follows
 ``ATEN_CPU_CAPABILITY``) and the /proc/cpuinfo flags, capped by ``ONEDNN_MAX_CPU_ISA`` (oneDNN runs the bf16
 matmuls; capped at AVX2 it has no native bf16). ``AUTO_PRECISION`` holds the measured choice per kind
-(``python -m engine.bench_forward``; numbers in the README).
+(``python -m bench.forward``; numbers in the README).
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from dataclasses import dataclass
 MACHINE_KINDS = ("cuda", "amx", "avx512-bf16", "avx512", "avx2", "baseline")
 ROLES = ("target", "draft")
 
-# (target, draft) per machine kind (python -m engine.bench_forward, numbers in the README):
+# (target, draft) per machine kind (python -m bench.forward, numbers in the README):
 # - The target is never int8-dynamic: its per-forward activation scale makes a token's logits depend on the
-#   other tokens of the verify forward, so the loop would not be lossless (engine/int8_weight.py).
+#   other tokens of the verify forward, so the loop would not be lossless (engine/models/int8_weight.py).
 # - avx2, avx512, baseline (no native bf16): bf16 verify grows ~linearly with the tokens fed; int8-weight
 #   reads half the bytes and grows far less with n (per 1536x8960 matmul under AVX2 emulation, n = 1/8/16:
 #   int8-weight 19/26/35 ms, bf16 18/50/88 ms).

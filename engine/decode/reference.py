@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 from engine.config import SamplingConfig
 from engine.events import Event
-from engine.runner import ModelRunner
-from engine.sampling import logits_to_probs, make_generator, sample
-from engine.stream import StatsTracker, TokenStream
+from engine.decode.runner import ModelRunner
+from engine.decode.sampling import logits_to_probs, make_generator, sample
+from engine.decode.stream import StatsTracker, TokenStream
 
 
 def reference_generate(target: ModelRunner, prompt_ids: list[int], stream: TokenStream, sampling: SamplingConfig,

@@ -5,8 +5,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from engine.costmodel import StepCosts
-from engine.detok import IncrementalDetokenizer
+from engine.speed.costmodel import StepCosts
+from engine.decode.detok import IncrementalDetokenizer
 from engine.events import DoneEvent, StatsEvent, TokenEvent
 
 

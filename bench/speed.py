@@ -1,10 +1,10 @@
 """Benchmark CLI: the modes interleaved per prompt, greedy, in one run; speedups are relative to ``target``.
 
-python -m engine.bench --prompts FILE.jsonl [--target NAME] [--draft NAME] [--k K|auto] [--max-new-tokens N]
+python -m bench.speed --prompts FILE.jsonl [--target NAME] [--draft NAME] [--k K|auto] [--max-new-tokens N]
                        [--modes target,default,llama-cpp,llama-cpp-spec] [--dtype auto] [--draft-dtype auto]
                        [--llama-server PATH] [--json OUT]
 
-Modes ``llama-cpp`` and ``llama-cpp-spec`` run llama.cpp's llama-server (engine.peer) on the same GGUF files
+Modes ``llama-cpp`` and ``llama-cpp-spec`` run llama.cpp's llama-server (bench.peer) on the same GGUF files
 with the same prompt tokens, 2 threads; they are skipped with a message when no llama-server is found.
 """
 from __future__ import annotations
@@ -22,14 +22,14 @@ from dataclasses import replace
 import torch
 from tqdm.auto import tqdm
 
-from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
+from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.config import CACHE_OFF, DEFAULT_SPEC, PRECISIONS, CacheConfig, SamplingConfig, SpecConfig
 from engine.cache.cached_chat import chat_scope
 from engine.cache.embedder import load_default_embedder
 from engine.cache.semantic_cache import SemanticCache
 from engine.events import final_done
-from engine.bench_peer import PEER_MODES, start_peers
-from engine.session import ChatEngine
+from bench.peer_modes import PEER_MODES, start_peers
+from engine.chat_engine import ChatEngine
 
 WARMUP_PROMPT = "Say hello."
 
@@ -202,7 +202,7 @@ def format_table(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m engine.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.speed", description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", required=True, help="JSONL with {id, kind, prompt} per line")
     parser.add_argument("--target", default=DEFAULT_TARGET)
     parser.add_argument("--draft", default=DEFAULT_DRAFT)

@@ -1,6 +1,6 @@
 """Forward cost per precision: seconds for one forward of n new tokens after a fixed context, per model.
 
-python -m engine.bench_forward [--models NAME,NAME] [--precisions bf16,int8-dynamic] [--tokens 1,2,4,8,16]
+python -m bench.forward [--models NAME,NAME] [--precisions bf16,int8-dynamic] [--tokens 1,2,4,8,16]
                                [--context 100] [--repeats 3] [--json OUT]
 
 Prints one row per (model, precision) with the median milliseconds at each n and the fitted t(n) = a + b*n,
@@ -16,12 +16,12 @@ import statistics
 
 from tqdm.auto import tqdm
 
-from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
-from engine.calibrate import forward_costs
-from engine.costmodel import fit_line
-from engine.hardware import detect_machine
-from engine.models import load_model
-from engine.runner import ModelRunner
+from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
+from engine.models.calibrate import forward_costs
+from engine.speed.costmodel import fit_line
+from engine.models.hardware import detect_machine
+from engine.models.loading import load_model
+from engine.decode.runner import ModelRunner
 
 
 def measure(models: list[str], precisions: list[str], tokens: list[int], context: int, repeats: int) -> list[dict]:
@@ -59,7 +59,7 @@ def format_rows(rows: list[dict], tokens: list[int]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m engine.bench_forward", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.forward", description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=f"{DEFAULT_TARGET},{DEFAULT_DRAFT}")
     parser.add_argument("--precisions", default="int8-dynamic,int8-weight,bf16")
     parser.add_argument("--tokens", default="1,2,4,8,16", help="numbers of new tokens fed per forward")

@@ -1,11 +1,11 @@
-"""The bench's llama.cpp modes: one llama-server (engine.peer) per mode, asked for the same prompt tokens."""
+"""The bench's llama.cpp modes: one llama-server (bench.peer) per mode, asked for the same prompt tokens."""
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import ExitStack
 
-from engine.catalog import model_gguf
-from engine.peer import INSTALL_HINT, LlamaServer, ServerConfig, find_llama_server
+from engine.models.catalog import model_gguf
+from bench.peer import INSTALL_HINT, LlamaServer, ServerConfig, find_llama_server
 
 PEER_MODES = ("llama-cpp", "llama-cpp-spec")  # llama-server, plain and with the draft GGUF (-md)
 

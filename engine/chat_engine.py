@@ -12,26 +12,26 @@ from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
 
-from engine.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
+from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.cache import cached_chat
 from engine.cache.judge import LLMJudge, judge_for
-from engine.calibrate import calibrate
-from engine.costmodel import StepCosts
-from engine.hardware import describe_choice, detect_machine
-from engine.prompt import encode_chat
+from engine.models.calibrate import calibrate
+from engine.speed.costmodel import StepCosts
+from engine.models.hardware import describe_choice, detect_machine
+from engine.models.prompt import encode_chat
 from engine.config import CACHE_OFF, CacheConfig, SamplingConfig, SpecConfig
 from engine.divergence import Divergence, Fp32Proof, first_divergence
 from engine.errors import NoPairError
 from engine.events import Event
-from engine.kpolicy import AdaptiveK, FixedK, KPolicy
-from engine.runner import ModelRunner
-from engine.models import LoadedModel, check_pair, check_pair_sources, load_model, resolve_precision
+from engine.speed.kpolicy import AdaptiveK, FixedK, KPolicy
+from engine.decode.runner import ModelRunner
+from engine.models.loading import LoadedModel, check_pair, check_pair_sources, load_model, resolve_precision
 from engine.proposers import PROPOSERS
 from engine.proposers.cached_answer import CachedAnswerProposer
-from engine.reference import reference_generate
+from engine.decode.reference import reference_generate
 from engine.cache.semantic_cache import SemanticCache
-from engine.speculative import speculative_generate
-from engine.stream import TokenStream
+from engine.decode.speculative import speculative_generate
+from engine.decode.stream import TokenStream
 
 
 def k_policy(spec: SpecConfig, prior: StepCosts | None = None) -> KPolicy:

@@ -1,8 +1,8 @@
-"""The proposer interface. A proposer guesses the next tokens; the target decides (engine/verify.py).
+"""The proposer interface. A proposer guesses the next tokens; the target decides (engine/decode/verify.py).
 
 Siblings, not subclasses: draft model, n-gram lookup, cached answer, hybrid. Each is a small class with
-``reset`` and ``propose``; the loop in engine/speculative.py only sees this protocol. How many draft
-tokens to ask for is the k policy's business (engine/kpolicy.py, fed by the loop), not the proposer's.
+``reset`` and ``propose``; the loop in engine/decode/speculative.py only sees this protocol. How many draft
+tokens to ask for is the k policy's business (engine/speed/kpolicy.py, fed by the loop), not the proposer's.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """How many tokens to draft next step: fixed, or chosen from measured acceptance and the cost model.
 
-The adaptive policy asks the cost model (engine.costmodel) for the k (0..k_max) with the most expected
+The adaptive policy asks the cost model (engine.speed.costmodel) for the k (0..k_max) with the most expected
 tokens per second, E(alpha, k) / (k * t_draft + t_verify(k + 1)), for the measured per-token acceptance
 alpha. k = 0 is a plain target step: when speculation is measurably losing, the policy falls back to it and
 probes with a short draft every ``probe_every`` steps. Both policies keep the fitted costs for the stats.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Protocol
 
-from engine.costmodel import CostFit, StepCosts, expected_tokens
+from engine.speed.costmodel import CostFit, StepCosts, expected_tokens
 
 __all__ = ["KPolicy", "FixedK", "AdaptiveK", "expected_tokens"]
 

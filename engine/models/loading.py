@@ -9,10 +9,10 @@ from pathlib import Path
 
 import torch
 
-from engine.catalog import BUILTIN_MODELS, builtin_dir, user_gguf_dir
+from engine.models.catalog import BUILTIN_MODELS, builtin_dir, user_gguf_dir
 from engine.config import AUTO, check_precision
-from engine import hardware
-from engine.int8_weight import quantize_int8_weight
+from engine.models import hardware
+from engine.models.int8_weight import quantize_int8_weight
 from engine.errors import IncompatiblePairError, InvalidSettingError, ModelFormatError, UnknownModelError
 
 # bitsandbytes int8 on CPU warns on every matmul; the cast it announces is expected
@@ -46,7 +46,7 @@ def default_device() -> torch.device:
 
 def default_precision(device: torch.device, role: str = "target") -> str:
     """What ``auto`` means on ``device``: nf4 on CUDA; on CPU the measured choice for its features
-    (engine.hardware.AUTO_PRECISION: bf16 only with AMX, int8 weights on other CPUs)."""
+    (engine.models.hardware.AUTO_PRECISION: bf16 only with AMX, int8 weights on other CPUs)."""
     return hardware.auto_precision(hardware.detect_machine(device.type), role)
 
 

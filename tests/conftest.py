@@ -1,7 +1,24 @@
-"""Shared fixtures: a real redis-server per test module (see tests/redis_server.py)."""
+"""Test tiers and shared fixtures.
+
+Tiers (markers): ``fast`` is every test without another tier: tiny random models, fakes, no real weights,
+no browser, no launch.py process. It is what a plain ``python -m pytest`` runs (pyproject's addopts).
+``real`` loads real weights or starts launch.py, ``browser`` drives Chromium. ``-m real`` and ``-m browser``
+run those; the README's command runs all three: ``-m "fast or real or browser"``.
+"""
+from __future__ import annotations
+
 import pytest
 
 from tests.redis_server import RedisServer, require_redis_binary
+
+TIERS = ("real", "browser")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects anything
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if not any(item.get_closest_marker(tier) for tier in TIERS):
+            item.add_marker(pytest.mark.fast)
 
 
 @pytest.fixture(scope="module")
@@ -11,3 +28,30 @@ def redis_server():
         yield server
     finally:
         server.stop()
+
+
+class ModelPool:
+    """Real models loaded once per test run, by (name, precision). Models hold no per-generation state (each
+    generation makes its own KV cache), so tests may share them; engines built from them are fresh."""
+
+    def __init__(self):
+        self._loaded = {}
+
+    def model(self, name: str, precision: str):
+        from engine.models.loading import load_model
+        key = (name, precision)
+        if key not in self._loaded:
+            self._loaded[key] = load_model(name, precision)  # explicit precisions only: "auto" depends on the role
+        return self._loaded[key]
+
+    def engine(self, target: str, target_precision: str, draft: str, draft_precision: str, **kwargs):
+        """A new ChatEngine on the pooled models (``kwargs`` go to ChatEngine: cache, paraphrase_judge)."""
+        from engine.chat_engine import ChatEngine
+        engine = ChatEngine(**kwargs)
+        engine.use_models(self.model(target, target_precision), self.model(draft, draft_precision))
+        return engine
+
+
+@pytest.fixture(scope="session")
+def real_models() -> ModelPool:
+    return ModelPool()

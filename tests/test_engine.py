@@ -100,13 +100,11 @@ def test_two_chats_and_a_pair_switch_never_mix_pairs():
     def chat(prompt: str, rounds: int) -> None:
         try:
             for _ in range(rounds):
-                pair_name = "a" if engine.pair.target is pairs["a"][0] else "b"
                 events = engine.generate(ask(prompt), GREEDY, SPEC)
                 head = [next(events) for _ in range(4)]  # cache event, tokens: the request has read its pair
                 mid_answer.set()
                 switched.wait(timeout=60)
-                done = final_done([*head, *events])
-                results.append((prompt, done.token_ids, expected[pair_name][prompt]))
+                results.append((prompt, final_done([*head, *events]).token_ids))
         except Exception as err:  # reported below, with the thread's traceback
             errors.append(err)
 
@@ -123,8 +121,8 @@ def test_two_chats_and_a_pair_switch_never_mix_pairs():
         t.join(timeout=300)
     assert not errors, errors
     assert len(results) == 4
-    for prompt, got, want in results:
-        assert got == want, prompt
+    for prompt, got in results:  # which pair a request read is up to the scheduler; a mix of the two is a bug
+        assert got in (expected["a"][prompt], expected["b"][prompt]), prompt
 
 
 def test_a_paused_generation_does_not_block_another_in_the_same_thread():

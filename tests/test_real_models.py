@@ -25,16 +25,10 @@ def done(events):
     return events
 
 
-def smol_pair(target_precision: str, draft_precision: str) -> ChatEngine:
-    engine = ChatEngine()
-    engine.load_pair(SMOL, SMOL, target_precision, draft_precision)
-    return engine
-
-
 @pytest.fixture(scope="module")
-def smol_engine():
+def smol_engine(real_models):
     """fp32 SmolLM2 target with an int8 copy of itself as the draft: a real pair that sometimes disagrees."""
-    return smol_pair("fp32", "int8")
+    return real_models.engine(SMOL, "fp32", SMOL, "int8")
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
@@ -167,9 +161,9 @@ def test_default_qwen_pair_smoke():
 
 
 @pytest.fixture(scope="module")
-def smol_int8_target():
+def smol_int8_target(real_models):
     """An int8-weight SmolLM2 target (the quantised target auto picks) with an int8-dynamic draft."""
-    return smol_pair("int8-weight", "int8-dynamic")
+    return real_models.engine(SMOL, "int8-weight", SMOL, "int8-dynamic")
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)

@@ -77,8 +77,10 @@ def create_chat_panel(examples: list[list[str]], example_labels: list[str]) -> d
                          placeholder="Ask something. Each answer token is coloured by how it was produced.")
     error_box = gr.HTML(elem_id="error-box")
     with gr.Row(equal_height=True):
+        # Gradio submits on Enter only when lines == 1 (with more lines it submits on Shift+Enter); max_lines > 1
+        # lets Shift+Enter add lines and the box grow up to that many
         msg = gr.Textbox(placeholder="Message (Enter to send, Shift+Enter for a new line)", show_label=False,
-                         lines=2, max_lines=8, scale=6, elem_id="msg", autofocus=True)
+                         lines=1, max_lines=8, scale=6, elem_id="msg", autofocus=True)
         send = gr.Button("Send", variant="primary", scale=1, elem_id="send", min_width=80)
         stop = gr.Button("Stop", variant="stop", scale=1, elem_id="stop", min_width=80)
     with gr.Row():

@@ -110,7 +110,44 @@ def clear_chat(page) -> None:
     expect(page.locator("#chat .tokstream")).to_have_count(0, timeout=10_000)
 
 
+def queued_jobs(page) -> list:
+    """Every job this tab puts on the server's queue (a send, a regenerate, a race...), recorded as it goes."""
+    jobs = []
+    page.on("request", lambda r: jobs.append(r.url) if r.method == "POST" and "/queue/join" in r.url else None)
+    return jobs
+
+
 # -- tests ------------------------------------------------------------------------------------------------
+ALL_LINES_SHOWN = """n => {
+  const box = document.querySelector('#msg textarea');
+  const lineHeight = parseFloat(getComputedStyle(box).lineHeight);
+  return box.scrollHeight <= box.clientHeight + 1 && box.clientHeight >= n * lineHeight;
+}"""
+
+
+def test_enter_sends_and_shift_enter_makes_a_new_line(page):
+    """As the placeholder says: typed as a person would, Shift+Enter adds a line (the box grows to show it) and
+    sends nothing; Enter sends the whole message."""
+    set_number(page, "max-new-tokens", 8)
+    jobs, box = queued_jobs(page), page.locator("#msg textarea")
+    expect(box).to_have_attribute("placeholder", re.compile("Enter to send, Shift\\+Enter for a new line"))
+    box.click()
+    lines = ["Say hi.", "Just that.", "Thanks."]
+    page.keyboard.type(lines[0])
+    for line in lines[1:]:
+        page.keyboard.press("Shift+Enter")
+        page.keyboard.type(line)
+    expect(box).to_have_value("\n".join(lines))
+    page.wait_for_function(ALL_LINES_SHOWN, arg=len(lines), timeout=10_000)  # grown, no scrolling
+    assert jobs == [] and answers(page) == 0  # Shift+Enter (and the typing after it) sent nothing
+    page.keyboard.press("Enter")
+    wait_answer(page, 0)
+    assert jobs, "Enter queued no job"
+    assert page.locator("#chat .usertext").all_inner_texts() == ["\n".join(lines)]
+    assert last_answer(page).locator(".tok").count() > 0
+    expect(box).to_have_value("")
+
+
 # Records every value the "steps" card shows, as the DOM changes (no sampling, no sleeps).
 WATCH_STEPS = """() => {
   window.__steps = new Set();

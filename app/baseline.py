@@ -13,6 +13,7 @@ from pathlib import Path
 from engine.models.catalog import cache_root
 from engine.config import SamplingConfig
 from engine.events import final_done
+from engine.surface import EngineSurface, PairInfo
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ def baseline_path() -> Path:
     return cache_root() / "baselines.json"
 
 
-def baseline_key(info) -> str:
+def baseline_key(info: PairInfo) -> str:
     """Target-only speed depends on the target, its precision and the device (not on the draft)."""
     return f"{info.target}|{info.target_precision}|{info.device}"
 
@@ -69,12 +70,12 @@ class BaselineStore:
                 log.warning(self.write_error)
 
 
-def _run_reference(engine, n_tokens: int):
+def _run_reference(engine: EngineSurface, n_tokens: int):
     sampling = SamplingConfig(temperature=0.0, max_new_tokens=n_tokens, stop_on_eos=False)
     return final_done(engine.generate_reference([{"role": "user", "content": BASELINE_PROMPT}], sampling))
 
 
-def measure_baseline(engine) -> dict:
+def measure_baseline(engine: EngineSurface) -> dict:
     """Short greedy target-only generations (after a tiny warm-up) with the engine's reference decoder."""
     _run_reference(engine, WARMUP_TOKENS)
     stats = max((_run_reference(engine, BASELINE_TOKENS).stats for _ in range(RUNS)), key=lambda s: s.tokens_per_s)
@@ -89,7 +90,7 @@ def measure_baseline(engine) -> dict:
     }
 
 
-def get_or_measure(engine, store: BaselineStore, remeasure: bool = False) -> dict:
+def get_or_measure(engine: EngineSurface, store: BaselineStore, remeasure: bool = False) -> dict:
     key = baseline_key(engine.info())
     record = None if remeasure else store.get(key)
     if record is None:

@@ -1,9 +1,8 @@
 """The semantic-cache tab: entry count, hit rates, recent entries, delete one, clear all.
 
-Reads ``engine.cache`` (None, or an object with ``stats() -> dict``, ``entries(limit) -> list[dict]`` with keys
-key/prompt/answer/created, ``delete(key)``, ``clear()`` and ``len()``). Two optional string keys of ``stats()``
-are shown apart: ``backend`` (where the entries live, password masked) and ``warning`` (why the cache is not
-working right now, e.g. Redis unreachable).
+Everything comes through the engine's cache methods (engine.surface.EngineSurface): ``cache_info()`` says
+whether there is a cache and where its entries live (password masked), ``cache_stats()`` counts, and its
+``warning`` says why the cache is not working right now (e.g. Redis unreachable).
 """
 from __future__ import annotations
 
@@ -14,6 +13,8 @@ import pandas as pd
 
 from app import toast
 from app.render import esc
+from engine.cache.backends import StoreUnavailable
+from engine.surface import CacheEntry, CacheInfo, CacheStats, EngineSurface
 
 RECENT = 50
 COLUMNS = ["created", "prompt", "answer", "key"]
@@ -32,76 +33,66 @@ def create_cache_tab() -> dict:
                 cache_clear=clear, cache_refresh=refresh)
 
 
-def _fmt(name: str, value) -> str:
-    if isinstance(value, dict):
-        return " · ".join(f"{k} {_fmt(k, v)}" for k, v in value.items()) or "–"
-    if isinstance(value, float):
-        if name.endswith("_s"):
-            return f"{value:.1f} s"
-        return f"{value:.1%}" if "rate" in name else f"{value:.3g}"
-    return str(value)
+def _hits(hits) -> str:
+    return " · ".join(f"{outcome} {n}" for outcome, n in hits.items()) or "–"
 
 
-def _label(name: str) -> str:
-    return (name[:-2] if name.endswith("_s") else name).replace("_", " ")
+def _cards(stats: CacheStats) -> list[tuple[str, str]]:
+    return [("entries", str(stats.entries)), ("lookups", str(stats.lookups)), ("hits", _hits(stats.hits)),
+            ("misses", str(stats.misses)), ("hit rate", f"{stats.hit_rate:.1%}"),
+            ("time saved", f"{stats.time_saved_s:.1f} s")]
 
 
-def cache_summary_html(cache) -> str:
-    if cache is None:
+def cache_summary_html(info: CacheInfo, stats: CacheStats | None) -> str:
+    if not info.available or stats is None:
         return '<div class="cache-summary">The semantic cache is not available in this engine build.</div>'
-    try:
-        stats = dict(cache.stats())
-    except Exception as err:  # a broken cache must not break the tab
-        return f'<div class="cache-summary">cache statistics unavailable: {esc(err)}</div>'
-    warning = stats.pop("warning", "")
-    backend = stats.pop("backend", "")
-    items = [("entries", str(len(cache)))] + [(_label(str(k)), _fmt(str(k), v))
-                                              for k, v in stats.items() if k != "entries"]
     cells = "".join(f'<div class="stat-card"><div class="stat-value">{esc(v)}</div>'
-                    f'<div class="stat-label">{esc(k)}</div></div>' for k, v in items)
-    where = f'<div class="cache-backend">stored in {esc(backend)}</div>' if backend else ""
-    alert = f'<div class="cache-warning" role="alert">\u26a0 {esc(warning)}</div>' if warning else ""
+                    f'<div class="stat-label">{esc(k)}</div></div>' for k, v in _cards(stats))
+    where = f'<div class="cache-backend">stored in {esc(info.backend)}</div>' if info.backend else ""
+    alert = f'<div class="cache-warning" role="alert">\u26a0 {esc(stats.warning)}</div>' if stats.warning else ""
     return f'{alert}<div class="cache-summary stat-grid">{cells}</div>{where}'
 
 
-def _created(value) -> str:
-    if isinstance(value, (int, float)):
-        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
-    return "" if value is None else str(value)
+def _unavailable_html(err: StoreUnavailable) -> str:
+    return f'<div class="cache-warning" role="alert">\u26a0 cache statistics unavailable: {esc(err)}</div>'
 
 
-def entries_frame(cache) -> pd.DataFrame:
+def _created(value: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
+
+
+def entries_frame(entries: list[CacheEntry]) -> pd.DataFrame:
     """Entries as plain text (the Dataframe shows text, not HTML)."""
-    rows = [] if cache is None else cache.entries(RECENT)
-    return pd.DataFrame([{"created": _created(e.get("created")), "prompt": str(e.get("prompt", "")),
-                          "answer": str(e.get("answer", "")), "key": str(e.get("key", ""))} for e in rows],
-                        columns=COLUMNS)
+    return pd.DataFrame([{"created": _created(e.created), "prompt": e.prompt, "answer": e.answer, "key": e.key}
+                         for e in entries], columns=COLUMNS)
 
 
-def cache_view(engine) -> tuple:
-    cache = getattr(engine, "cache", None)
-    frame = entries_frame(cache)
-    choices = [(f"{p[:60]} [{k[:8]}]", k) for p, k in zip(frame["prompt"], frame["key"])]
-    return cache_summary_html(cache), frame, gr.update(choices=choices, value=None)
+def cache_view(engine: EngineSurface) -> tuple:
+    try:
+        summary, entries = cache_summary_html(engine.cache_info(), engine.cache_stats()), engine.cache_entries(RECENT)
+    except StoreUnavailable as err:  # a store that cannot be reached must not break the tab
+        summary, entries = _unavailable_html(err), []
+    frame = entries_frame(entries)
+    choices = [(f"{e.prompt[:60]} [{e.key[:8]}]", e.key) for e in entries]
+    return summary, frame, gr.update(choices=choices, value=None)
 
 
-def make_cache_handlers(engine) -> dict:
+def make_cache_handlers(engine: EngineSurface) -> dict:
     def refresh():
         return cache_view(engine)
 
     def delete(key: str | None):
-        cache = getattr(engine, "cache", None)
-        if cache is None or not key:
+        if not key:
             toast.warn("pick an entry to delete")
-        else:
-            cache.delete(key)
+        elif engine.cache_delete(key):
             toast.info("entry deleted")
+        else:
+            toast.warn("no such entry: deleted already, or the cache is unreachable")
         return cache_view(engine)
 
     def clear():
-        cache = getattr(engine, "cache", None)
-        if cache is not None:
-            cache.clear()
+        if engine.cache_info().available:
+            engine.cache_clear()
             toast.info("cache cleared")
         return cache_view(engine)
 

@@ -16,11 +16,12 @@ from app.render import error_html, error_message, info_html, render_user
 from app.settings import UISettings, cache_config, sampling_config, spec_config
 from app.stats_view import acceptance_frame, render_stats, speedup_frame
 from app.turn import Turn, trace_document, write_trace
+from engine.errors import EngineError
 
 PLOT_EVERY_S = 1.0  # plots redraw at most this often while streaming; the numbers update every step
 
 
-def _fail(elems: dict, err: Exception) -> dict:
+def _fail(elems: dict, err: EngineError) -> dict:
     message = error_message(err)
     toast.warn(message)
     return {elems["error_box"]: error_html(message)}
@@ -43,20 +44,16 @@ def stream_answer(ctx: AppContext, elems: dict, *, history: list[dict], shown: l
     Closing it (the Stop button's ``cancels=``, a closed tab) sets the engine's cancel flag: generation
     stops at its next step.
     """
-    flag = ctx.cancels.new(session)
-    try:
-        yield from _stream_answer(ctx, elems, history=history, shown=shown, prompt=prompt, s=settings,
-                                  session=session, flag=flag)
-    finally:
-        flag.set()
+    with ctx.cancels.running(session) as flag:
+        yield from _stream_answer(ctx, elems, history=history, shown=shown, prompt=prompt, s=settings, flag=flag)
 
 
 def _stream_answer(ctx: AppContext, elems: dict, *, history: list[dict], shown: list, prompt: str,
-                   s: UISettings, session: str, flag):
+                   s: UISettings, flag):
     messages = [*history, {"role": "user", "content": prompt}]
     try:
         events, head = _start(ctx, messages, s, flag)
-    except Exception as err:  # EngineError: bad input; anything else: still keep the app alive
+    except EngineError as err:  # bad input: said in the error box, the chat stays as it was
         yield _fail(elems, err)
         return
     turn, baseline, last_plot = Turn(), ctx.baseline(), 0.0
@@ -64,7 +61,7 @@ def _stream_answer(ctx: AppContext, elems: dict, *, history: list[dict], shown: 
     shown = [*shown, {"role": "user", "content": render_user(prompt)},
              {"role": "assistant", "content": turn.html(streaming=True)}]
     yield {elems["msg"]: "", elems["error_box"]: error_html(None), elems["chatbot"]: shown}
-    with contextlib.closing(events), ctx.cancels.scope(session, flag):
+    with contextlib.closing(events):
         for event in chain(head, events):
             turn.add(event)
             if event.type == "token":
@@ -108,13 +105,12 @@ def make_handlers(ctx: AppContext, elems: dict) -> dict:
         yield from stream_answer(ctx, elems, history=history[:-2], shown=shown[:-2], prompt=prompt, settings=fresh,
                                  session=session_id(request))
 
-    def stop(shown: list, request: gr.Request):
+    def stop(request: gr.Request):
         """Only raise the cancel flag: the engine ends at its next step with finish reason "cancelled", and the
         answer's own stream writes the last update ("stopped by you"), so no late update can undo it."""
-        ctx.cancels.cancel(session_id(request))
-        if not shown or not is_streaming(shown[-1].get("content")):
-            return info_html("Nothing is running.")
-        return info_html("Stopping at the next step…")
+        if ctx.cancels.cancel(session_id(request)):
+            return info_html("Stopping at the next step…")
+        return info_html("Nothing is running.")
 
     def clear(request: gr.Request):
         ctx.cancels.cancel(session_id(request))
@@ -126,10 +122,6 @@ def make_handlers(ctx: AppContext, elems: dict) -> dict:
         return export_trace_file(trace, prefix="speclens-trace-", nothing="no answer to export yet")
 
     return dict(send=send, regenerate=regenerate, stop=stop, clear=clear, export=export)
-
-
-def is_streaming(content) -> bool:
-    return isinstance(content, str) and "tokstream streaming" in content
 
 
 def export_trace_file(trace: dict, *, prefix: str, nothing: str):

@@ -7,6 +7,7 @@ from app.render import legend_html
 from app.stats_view import SERIES_COLORS
 from app.settings import UISettings, model_choices
 from engine.config import AUTO, CACHE_MODES, MAX_K, MAX_NEW_TOKENS, PRECISIONS, PROPOSER_NAMES
+from engine.surface import CacheInfo
 
 ANSWER_VIEWS = ("rendered", "tokens")
 PRECISION_CHOICES = list(PRECISIONS)  # "auto" first: the measured fastest for this machine
@@ -53,10 +54,9 @@ def create_decoding_panel() -> dict:
                 max_new_tokens=max_new, seed=seed, show_rejected=show_rejected, answer_view=answer_view)
 
 
-def create_cache_controls(engine) -> dict:
-    d = UISettings()
-    available = getattr(engine, "cache", None) is not None
-    threshold_value = float(getattr(getattr(engine, "cache", None), "threshold", d.cache_threshold))
+def create_cache_controls(cache: CacheInfo) -> dict:
+    """The cache switch, mode and threshold, starting from the engine's cache settings."""
+    d, available = UISettings(), cache.available
     with gr.Accordion("Semantic cache", open=True):
         note = gr.Markdown("" if available else "*The semantic cache is not available (see the launch log).*")
         enabled = gr.Checkbox(d.cache_enabled and available, label="use the cache", interactive=available,
@@ -64,7 +64,7 @@ def create_cache_controls(engine) -> dict:
         mode = gr.Radio([m for m in CACHE_MODES if m != "off"], value=d.cache_mode, label="mode",
                         interactive=available, elem_id="cache-mode",  # "off" is the checkbox above
                         info="verify: the target checks a cached answer as a draft; direct: serve it as is")
-        threshold = gr.Slider(0.5, 1.0, threshold_value, step=0.01, label="similarity threshold",
+        threshold = gr.Slider(0.5, 1.0, cache.threshold, step=0.01, label="similarity threshold",
                               interactive=available, elem_id="cache-threshold")
     return dict(cache_note=note, cache_enabled=enabled, cache_mode=mode, cache_threshold=threshold)
 
@@ -77,8 +77,10 @@ def create_chat_panel(examples: list[list[str]], example_labels: list[str]) -> d
                          placeholder="Ask something. Each answer token is coloured by how it was produced.")
     error_box = gr.HTML(elem_id="error-box")
     with gr.Row(equal_height=True):
+        # Gradio submits on Enter only when lines == 1 (with more lines it submits on Shift+Enter); max_lines > 1
+        # lets Shift+Enter add lines and the box grow up to that many
         msg = gr.Textbox(placeholder="Message (Enter to send, Shift+Enter for a new line)", show_label=False,
-                         lines=2, max_lines=8, scale=6, elem_id="msg", autofocus=True)
+                         lines=1, max_lines=8, scale=6, elem_id="msg", autofocus=True)
         send = gr.Button("Send", variant="primary", scale=1, elem_id="send", min_width=80)
         stop = gr.Button("Stop", variant="stop", scale=1, elem_id="stop", min_width=80)
     with gr.Row():

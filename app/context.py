@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from app.baseline import BaselineStore, baseline_key, get_or_measure
 from engine.errors import NoPairError
+from engine.surface import EngineSurface
 
 MAX_SESSIONS = 256
 
@@ -19,26 +21,27 @@ class CancelFlags:
         self._flags: OrderedDict[str, threading.Event] = OrderedDict()
         self._lock = threading.Lock()
 
-    def new(self, session: str) -> threading.Event:
+    @contextmanager
+    def running(self, session: str) -> Iterator[threading.Event]:
+        """A fresh cancel flag for the generation that runs in this block; ``cancel`` finds it while the block
+        runs. Leaving the block (the end, an error, a closed handler) sets the flag, so the engine stops, and
+        forgets it (unless a newer generation of the session replaced it)."""
         flag = threading.Event()
         with self._lock:
             self._flags[session] = flag
             self._flags.move_to_end(session)
             while len(self._flags) > MAX_SESSIONS:
                 self._flags.popitem(last=False)
-        return flag
-
-    @contextmanager
-    def scope(self, session: str, flag: threading.Event):
-        """Forget ``flag`` when its generation ends (unless a newer one replaced it)."""
         try:
             yield flag
         finally:
+            flag.set()
             with self._lock:
                 if self._flags.get(session) is flag:
                     del self._flags[session]
 
     def cancel(self, session: str) -> bool:
+        """Stop the session's running generation; False when none runs (nothing to stop)."""
         with self._lock:
             flag = self._flags.get(session)
         if flag is None:
@@ -49,7 +52,7 @@ class CancelFlags:
 
 @dataclass
 class AppContext:
-    engine: object  # engine.chat_engine.ChatEngine (duck-typed: the app never imports torch)
+    engine: EngineSurface  # engine.chat_engine.ChatEngine; the app never imports it (nor torch)
     baselines: BaselineStore = field(default_factory=BaselineStore)
     cancels: CancelFlags = field(default_factory=CancelFlags)
 
@@ -60,7 +63,7 @@ class AppContext:
             return None
         return {"target": info.target, "draft": info.draft, "target_precision": info.target_precision,
                 "draft_precision": info.draft_precision, "device": info.device,
-                "precision_note": getattr(info, "precision_note", "")}
+                "precision_note": info.precision_note}
 
     def baseline(self) -> dict | None:
         """The cached target-only measurement for the loaded pair, or None (never measures)."""

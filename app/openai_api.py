@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 import queue
 import threading
 from collections.abc import Iterator
@@ -20,12 +21,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.context import AppContext
-from app.openai_format import (DEFAULT_MAX_TOKENS, FINISH, ChatCompletionRequest, Release, chunk_body,
+from app.openai_format import (FINISH, OPENAI_TEMPERATURE, ChatCompletionRequest, Release, chunk_body,
                                completion_body, engine_messages, error_body, new_id, stop_strings, usage,
                                validation_error_body)
-from app.settings import UISettings, cache_config, sampling_config, spec_config
+from engine.config import DEFAULT_CACHE, DEFAULT_SAMPLING, DEFAULT_SPEC, SamplingConfig
 from engine.errors import EngineError
 
+log = logging.getLogger(__name__)
 _END = object()
 
 
@@ -35,22 +37,21 @@ class ApiError(Exception):
         self.status, self.message, self.kind, self.code = status, message, kind, code
 
 
-def _settings(req: ChatCompletionRequest) -> UISettings:
-    """The request as the UI's settings: the same default proposer, adaptive k and cache as a browser chat."""
-    return UISettings(temperature=1.0 if req.temperature is None else req.temperature,
-                      top_p=1.0 if req.top_p is None else req.top_p,
-                      max_new_tokens=req.max_completion_tokens or req.max_tokens or DEFAULT_MAX_TOKENS,
-                      seed=req.seed)
+def _sampling(req: ChatCompletionRequest) -> SamplingConfig:
+    """The request's sampling; what it leaves out is OpenAI's default temperature, else the engine's defaults."""
+    max_new_tokens = req.max_completion_tokens or req.max_tokens or DEFAULT_SAMPLING.max_new_tokens
+    return SamplingConfig(temperature=OPENAI_TEMPERATURE if req.temperature is None else req.temperature,
+                          top_p=DEFAULT_SAMPLING.top_p if req.top_p is None else req.top_p,
+                          max_new_tokens=max_new_tokens, seed=req.seed)
 
 
 def _start(ctx: AppContext, req: ChatCompletionRequest, cancel: threading.Event):
-    """Check the request and pull the engine's first event, so bad input fails before any response starts."""
-    messages, s, release = engine_messages(req), _settings(req), Release(stop_strings(req))
-    sampling = sampling_config(s)
-    prompt_tokens = len(ctx.engine.encode(messages))
-    events = ctx.engine.generate(messages, sampling, spec_config(s), cache=cache_config(s), cancel=cancel)
+    """Check the request and pull the engine's first event, so bad input fails before any response starts.
+    The same default proposer, adaptive k and cache as a browser chat."""
+    messages, sampling, release = engine_messages(req), _sampling(req), Release(stop_strings(req))
+    events = ctx.engine.generate(messages, sampling, DEFAULT_SPEC, cache=DEFAULT_CACHE, cancel=cancel)
     first = next(events)
-    return prompt_tokens, release, first, events
+    return release, first, events
 
 
 def _model(ctx: AppContext) -> str:
@@ -61,7 +62,7 @@ def _model(ctx: AppContext) -> str:
 def run_completion(ctx: AppContext, req: ChatCompletionRequest) -> dict:
     """A whole answer as one chat.completion body."""
     cancel = threading.Event()
-    prompt_tokens, release, first, events = _start(ctx, req, cancel)
+    release, first, events = _start(ctx, req, cancel)
     speculation, cache, done = [], None, None
     for event in _chain(first, events):
         if event.type == "token":
@@ -75,7 +76,7 @@ def run_completion(ctx: AppContext, req: ChatCompletionRequest) -> dict:
     speculation += release.finish()[1]
     finish = "stop" if release.cut is not None else FINISH.get(done.finish_reason, "stop")
     return completion_body(new_id(), _model(ctx), release.released_text, finish, speculation,
-                           usage(prompt_tokens, len(speculation), done.stats), cache)
+                           usage(done.prompt_tokens, len(speculation), done.stats), cache)
 
 
 def _chain(first, events: Iterator) -> Iterator:
@@ -88,7 +89,8 @@ def _pump(events: Iterator, out: queue.Queue) -> None:
     try:
         for event in events:
             out.put(event)
-    except Exception as err:  # reported in the stream; the engine stays usable
+    except Exception as err:  # the response has begun: no status is left to fail with, so the stream says it
+        log.exception("generation failed mid-stream")
         out.put(err)
     finally:
         out.put(_END)
@@ -101,7 +103,7 @@ def _sse(body: dict) -> str:
 async def stream_completion(ctx: AppContext, req: ChatCompletionRequest):
     """Server-sent chat.completion.chunk events, then ``data: [DONE]``. A client that goes away cancels."""
     cancel = threading.Event()
-    prompt_tokens, release, first, events = await run_in_threadpool(_start, ctx, req, cancel)
+    release, first, events = await run_in_threadpool(_start, ctx, req, cancel)
     cid, model = new_id(), _model(ctx)
     cache = first.to_dict() if first.type == "cache" else None
     handoff: queue.Queue = queue.Queue()
@@ -127,8 +129,8 @@ async def stream_completion(ctx: AppContext, req: ChatCompletionRequest):
             delta, spec = release.finish()
             n_tokens += len(spec)
             finish = "stop" if release.cut is not None or done is None else FINISH.get(done.finish_reason, "stop")
-            yield _sse(chunk_body(cid, model, {"content": delta} if delta else {}, spec, finish,
-                                  usage(prompt_tokens, n_tokens, done.stats if done else None)))
+            use = usage(done.prompt_tokens, n_tokens, done.stats) if done else usage(0, n_tokens, None)
+            yield _sse(chunk_body(cid, model, {"content": delta} if delta else {}, spec, finish, use))
             yield "data: [DONE]\n\n"
         finally:
             cancel.set()  # the client left, or we are done: either way the engine stops

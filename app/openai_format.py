@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from engine.errors import InvalidSettingError
 
 FINISH = {"eos": "stop", "length": "length", "cancelled": "stop"}
-DEFAULT_MAX_TOKENS = 256
+OPENAI_TEMPERATURE = 1.0  # OpenAI's default when a request names none (every other default is the engine's)
 MAX_STOPS = 4
 
 
@@ -30,7 +30,7 @@ class ChatCompletionRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model: str = ""
     messages: list[ChatMessage]
-    temperature: float | None = None  # OpenAI's default: 1.0
+    temperature: float | None = None  # None: OPENAI_TEMPERATURE
     top_p: float | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None

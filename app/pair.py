@@ -8,6 +8,7 @@ from app.context import AppContext
 from app.render import error_html, error_message, esc
 from app.stats_view import render_stats
 from engine.config import AUTO
+from engine.errors import EngineError
 
 
 def pair_status_html(pair: dict | None, baseline: dict | None = None, note: str = "") -> str:
@@ -36,7 +37,7 @@ def make_pair_handlers(ctx: AppContext, elems: dict) -> dict:
         try:
             ctx.engine.load_pair((target or "").strip(), (draft or "").strip(),
                                  _precision(target_precision), _precision(draft_precision))
-        except Exception as err:  # EngineError: a readable message; anything else: still keep the old pair
+        except (EngineError, OSError) as err:  # a bad name or pair, a failed download, a full disk: the old pair stays
             message = error_message(err)
             toast.warn(f"Could not load the pair: {message}")
             note = "The previous pair is still loaded." if ctx.pair() else ""

@@ -14,6 +14,7 @@ from app.render import error_html, error_message
 from app.settings import UISettings, sampling_config, spec_config
 from app.turn import Turn, trace_document
 from engine.config import CACHE_OFF
+from engine.errors import EngineError
 
 
 def create_race_tab() -> dict:
@@ -105,37 +106,33 @@ def race_trace(ref: Turn, spec: Turn, messages: list[dict], pair: dict | None, s
 
 def run_race(ctx: AppContext, elems: dict, prompt: str, s: UISettings, session: str):
     """Both runs, streamed; closing this generator (Stop, a closed tab) stops the engine at its next step."""
-    flag = ctx.cancels.new(session)
-    try:
-        yield from _race(ctx, elems, prompt, s, session, flag)
-    finally:
-        flag.set()
+    with ctx.cancels.running(session) as flag:
+        yield from _race(ctx, elems, prompt, s, flag)
 
 
-def _race(ctx: AppContext, elems: dict, prompt: str, s: UISettings, session: str, flag):
+def _race(ctx: AppContext, elems: dict, prompt: str, s: UISettings, flag):
     messages = [{"role": "user", "content": prompt}]
     try:
         sampling, spec_cfg, ref_events, first = _start_reference(ctx, messages, s, flag)
-    except Exception as err:
+    except EngineError as err:  # bad input: said in the error box and the summary
         message = error_message(err)
         toast.warn(message)
         yield {elems["error_box"]: error_html(message), elems["race_summary"]: error_html(message)}
         return
     ref, spec = Turn(), Turn()
     ref.add(first)
-    with ctx.cancels.scope(session, flag):
-        yield {elems["race_summary"]: '<div class="race-summary">Running the target alone…</div>',
-               elems["race_target"]: "", elems["race_spec"]: "", elems["error_box"]: error_html(None),
-               elems["race_proof"]: "", elems["race_prove"]: gr.update(visible=False)}
-        yield from _pump(ref_events, ref, elems["race_target"])
-        if not flag.is_set():
-            yield {elems["race_summary"]: '<div class="race-summary">Running speculative decoding…</div>'}
-            spec_events = ctx.engine.generate(messages, sampling, spec_cfg, cache=CACHE_OFF, cancel=flag)
-            yield from _pump(spec_events, spec, elems["race_spec"])
-        divergence = _explain(ctx, messages, sampling, ref, spec)
-        yield {elems["race_summary"]: race_summary(ref, spec, sampling.greedy, divergence),
-               elems["race_prove"]: gr.update(visible=divergence is not None),
-               elems["race_trace"]: race_trace(ref, spec, messages, ctx.pair(), s, divergence)}
+    yield {elems["race_summary"]: '<div class="race-summary">Running the target alone…</div>',
+           elems["race_target"]: "", elems["race_spec"]: "", elems["error_box"]: error_html(None),
+           elems["race_proof"]: "", elems["race_prove"]: gr.update(visible=False)}
+    yield from _pump(ref_events, ref, elems["race_target"])
+    if not flag.is_set():
+        yield {elems["race_summary"]: '<div class="race-summary">Running speculative decoding…</div>'}
+        spec_events = ctx.engine.generate(messages, sampling, spec_cfg, cache=CACHE_OFF, cancel=flag)
+        yield from _pump(spec_events, spec, elems["race_spec"])
+    divergence = _explain(ctx, messages, sampling, ref, spec)
+    yield {elems["race_summary"]: race_summary(ref, spec, sampling.greedy, divergence),
+           elems["race_prove"]: gr.update(visible=divergence is not None),
+           elems["race_trace"]: race_trace(ref, spec, messages, ctx.pair(), s, divergence)}
 
 
 def prove_race(ctx: AppContext, elems: dict, trace: dict):
@@ -145,7 +142,7 @@ def prove_race(ctx: AppContext, elems: dict, trace: dict):
     s = UISettings(**trace["settings"])
     try:
         proof = ctx.engine.prove_fp32(trace["messages"], sampling_config(s), spec_config(s))
-    except Exception as err:  # EngineError: a readable message; anything else: still keep the app alive
+    except (EngineError, OSError) as err:  # bad input, or the fp32 copies could not be read or written
         return {elems["race_proof"]: error_html(error_message(err))}
     return {elems["race_proof"]: proof_html(proof), elems["race_trace"]: {**trace, "fp32_proof": proof.to_dict()}}
 

@@ -1,26 +1,28 @@
-"""UI values -> engine configs. Validation stays in the engine's config constructors (InvalidSettingError)."""
+"""The UI's controls -> engine configs. Validation stays in the engine's config constructors (InvalidSettingError);
+the defaults are the engine's (engine.config), declared nowhere else."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
 from engine.models.catalog import BUILTIN_MODELS
-from engine.config import CACHE_OFF, DEFAULT_CACHE_THRESHOLD, DEFAULT_SPEC, CacheConfig, SamplingConfig, SpecConfig
+from engine.config import (CACHE_OFF, DEFAULT_CACHE, DEFAULT_SAMPLING, DEFAULT_SPEC, CacheConfig, SamplingConfig,
+                           SpecConfig)
 from engine.errors import InvalidSettingError
 
 
 @dataclass(frozen=True)
 class UISettings:
-    """The decoding and cache controls, as the user left them."""
+    """The decoding and cache controls, as the user left them (Gradio's values: numbers may be floats or None)."""
     proposer: str = DEFAULT_SPEC.proposer  # what the app does by default: hybrid proposer, adaptive k
     k: float | None = DEFAULT_SPEC.k
     adaptive: bool = DEFAULT_SPEC.adaptive
-    temperature: float = 0.0
-    top_p: float = 1.0
-    max_new_tokens: float | None = 256
+    temperature: float = DEFAULT_SAMPLING.temperature
+    top_p: float = DEFAULT_SAMPLING.top_p
+    max_new_tokens: float | None = DEFAULT_SAMPLING.max_new_tokens
     seed: str | float | None = None  # a text box: blank means a fresh random draw
     cache_enabled: bool = True
-    cache_mode: str = "verify"
-    cache_threshold: float = DEFAULT_CACHE_THRESHOLD
+    cache_mode: str = DEFAULT_CACHE.mode
+    cache_threshold: float = DEFAULT_CACHE.threshold
     show_rejected: bool = True
 
     def to_dict(self) -> dict:
@@ -58,9 +60,9 @@ def spec_config(s: UISettings) -> SpecConfig:
     return SpecConfig(k=_as_int(s.k, "k"), proposer=s.proposer, adaptive=bool(s.adaptive))
 
 
-def cache_config(s: UISettings, off: bool = False) -> CacheConfig:
-    """The cache controls as the engine's CacheConfig: mode "off" when the box is unticked (or ``off``)."""
-    if off or not s.cache_enabled:
+def cache_config(s: UISettings) -> CacheConfig:
+    """The cache controls as the engine's CacheConfig: mode "off" when the box is unticked."""
+    if not s.cache_enabled:
         return CACHE_OFF
     return CacheConfig(mode=s.cache_mode, threshold=float(s.cache_threshold))
 

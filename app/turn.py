@@ -10,9 +10,6 @@ from app.markdown_view import render_markdown
 from app.render import render_answer
 from engine.events import CacheEvent, DoneEvent, StatsEvent, TokenEvent
 
-_STATS_FIELDS = set(StatsEvent.__dataclass_fields__) - {"type"}
-_CACHE_FIELDS = set(CacheEvent.__dataclass_fields__) - {"type"}
-
 
 @dataclass
 class Turn:
@@ -32,17 +29,6 @@ class Turn:
             self.cache = event
         elif isinstance(event, DoneEvent):
             self.done, self.stats = event, event.stats
-
-    @classmethod
-    def from_dicts(cls, events: list[dict]) -> "Turn":
-        """Rebuild the stats and cache view of a trace (the token list stays empty)."""
-        turn = cls()
-        for d in events:
-            if d.get("type") == "stats":
-                turn.stats = StatsEvent(**{k: v for k, v in d.items() if k in _STATS_FIELDS})
-            elif d.get("type") == "cache":
-                turn.cache = CacheEvent(**{k: v for k, v in d.items() if k in _CACHE_FIELDS})
-        return turn
 
     @property
     def text(self) -> str:

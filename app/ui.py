@@ -30,7 +30,7 @@ def build_demo(ctx: AppContext) -> gr.Blocks:
             with gr.Column(scale=1, min_width=350, elem_id="controls"):
                 elems = create_model_panel(ctx.pair())
                 elems.update(create_decoding_panel())
-                elems.update(create_cache_controls(ctx.engine))
+                elems.update(create_cache_controls(ctx.engine.cache_info()))
             with gr.Column(scale=4):
                 with gr.Tabs():
                     with gr.Tab("Chat", id="chat-tab"):
@@ -63,7 +63,7 @@ def wire_chat(ctx: AppContext, e: dict) -> None:
                  show_progress_on=[e["chatbot"]], **ENGINE)
     regen = e["regen"].click(h["regenerate"], inputs, outputs, api_name="regenerate",
                              show_progress_on=[e["chatbot"]], **ENGINE)
-    e["stop"].click(h["stop"], [e["shown"]], [e["error_box"]], queue=False, api_visibility="private")
+    e["stop"].click(h["stop"], None, [e["error_box"]], queue=False, api_visibility="private")
     e["clear"].click(h["clear"], None, [e[n] for n in ("chatbot", "shown", "history", "trace", "error_box", "stats",
                                                         "accept_plot", "speed_plot", "trace_file")],
                      cancels=[send, regen], queue=False, api_name="clear")

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.cache import cached_chat
@@ -22,7 +22,7 @@ from engine.models.prompt import encode_chat
 from engine.config import CACHE_OFF, CacheConfig, SamplingConfig, SpecConfig
 from engine.divergence import Divergence, Fp32Proof, first_divergence
 from engine.errors import NoPairError
-from engine.events import Event
+from engine.events import Event, final_done
 from engine.speed.kpolicy import AdaptiveK, FixedK, KPolicy
 from engine.decode.runner import ModelRunner
 from engine.models.loading import LoadedModel, check_pair, check_pair_sources, load_model, resolve_precision
@@ -32,6 +32,7 @@ from engine.decode.reference import reference_generate
 from engine.cache.semantic_cache import SemanticCache
 from engine.decode.speculative import speculative_generate
 from engine.decode.stream import TokenStream
+from engine.surface import CacheEntry, CacheInfo, CacheStats, PairInfo
 
 
 def k_policy(spec: SpecConfig, prior: StepCosts | None = None) -> KPolicy:
@@ -40,17 +41,6 @@ def k_policy(spec: SpecConfig, prior: StepCosts | None = None) -> KPolicy:
         return AdaptiveK(k_init=min(max(spec.k, spec.k_min), spec.k_max), k_min=spec.k_min, k_max=spec.k_max,
                          prior=prior)
     return FixedK(spec.k, prior=prior)
-
-
-@dataclass(frozen=True)
-class PairInfo:
-    target: str
-    draft: str
-    target_precision: str
-    draft_precision: str
-    device: str
-    precision_note: str = ""  # why these precisions, e.g. "AVX2 CPU (...) -> target int8-dynamic (auto), ..."
-    costs: StepCosts | None = None  # the step costs measured at load
 
 
 @dataclass(frozen=True)
@@ -69,7 +59,7 @@ class Pair:
 class ChatEngine:
     """Safe to share between threads: a request reads ``self.pair`` once and uses only that value; model
     forwards run one step at a time under ``self._lock``, released at every yield; swapping the pair never
-    waits for a generation."""
+    waits for a generation. The app calls only its ``engine.surface.EngineSurface`` methods."""
 
     def __init__(self, cache: SemanticCache | None = None, paraphrase_judge: bool = True):
         self.cache = cache
@@ -158,6 +148,13 @@ class ChatEngine:
         return TokenStream(target.tokenizer, target.eos_ids, min(sampling.max_new_tokens, room),
                            sampling.stop_on_eos)
 
+    @staticmethod
+    def _counted(events: Iterator[Event], prompt_ids: list[int]) -> Iterator[Event]:
+        """The events, with the prompt's length on the DoneEvent (an API reports it as usage)."""
+        with closing(events):
+            for event in events:
+                yield replace(event, prompt_tokens=len(prompt_ids)) if event.type == "done" else event
+
     def _stepwise(self, events: Iterator[Event]) -> Iterator[Event]:
         """Compute each event under the lock, hand it over without it: a caller holding a paused generator
         can start another generation (or measure a baseline) in the same thread without a deadlock."""
@@ -173,7 +170,8 @@ class ChatEngine:
                  cache: CacheConfig = CacheConfig(), cancel: threading.Event | None = None) -> Iterator[Event]:
         """The assistant's answer to ``messages``: from the cache, or by speculative decoding.
 
-        Yields a CacheEvent first, then TokenEvents and StatsEvents, and a DoneEvent last.
+        Yields a CacheEvent first, then TokenEvents and StatsEvents, and a DoneEvent (with the prompt's
+        length in ``prompt_tokens``) last.
         """
         pair = self.require_pair()  # read once: a concurrent pair switch affects only later requests
         prompt_ids = self.encode(messages, pair)
@@ -182,14 +180,14 @@ class ChatEngine:
         yield cache_event
         stream = self._stream(pair.target, prompt_ids, sampling)
         if hit.outcome in ("exact", "cached"):
-            yield from cached_chat.serve(hit, stream, self.cache)
+            yield from self._counted(cached_chat.serve(hit, stream, self.cache), prompt_ids)
             return
         proposer = PROPOSERS[spec.proposer](self._runner(pair.draft), spec.adaptive)
         if hit.outcome == "verified":  # the cached answer becomes the draft; the target has the last word
             proposer = CachedAnswerProposer(list(hit.answer_token_ids), fallback=proposer)
         decoder = speculative_generate(self._runner(pair.target), proposer, prompt_ids, stream, sampling,
                                        k_policy=k_policy(spec, pair.costs), cancel=cancel)
-        with closing(self._stepwise(decoder)) as events:
+        with closing(self._counted(self._stepwise(decoder), prompt_ids)) as events:
             for event in events:
                 if event.type == "done":
                     cached_chat.remember(self.cache, scope, messages, event)
@@ -201,8 +199,8 @@ class ChatEngine:
         pair = self.require_pair()
         prompt_ids = self.encode(messages, pair)
         stream = self._stream(pair.target, prompt_ids, sampling)
-        yield from self._stepwise(reference_generate(self._runner(pair.target), prompt_ids, stream, sampling,
-                                                     cancel))
+        decoder = reference_generate(self._runner(pair.target), prompt_ids, stream, sampling, cancel)
+        yield from self._counted(self._stepwise(decoder), prompt_ids)
 
     # -- divergences ----------------------------------------------------------------------------------------
     def explain_divergence(self, messages: list[dict], sampling: SamplingConfig, reference_ids: list[int],
@@ -230,17 +228,35 @@ class ChatEngine:
             load_s = time.perf_counter() - start
         with self._lock:  # the fp32 engine has its own lock: hold ours so nothing else runs meanwhile
             start = time.perf_counter()
-            reference = _final(exact.generate_reference(messages, sampling)).token_ids
-            other = _final(exact.generate(messages, sampling, spec, cache=CACHE_OFF)).token_ids
+            reference = final_done(exact.generate_reference(messages, sampling)).token_ids
+            other = final_done(exact.generate(messages, sampling, spec, cache=CACHE_OFF)).token_ids
             seconds = time.perf_counter() - start
             divergence = first_divergence(exact.target, exact.encode(messages), list(reference),
                                           list(other))
         return Fp32Proof(identical=reference == other, n_tokens=len(reference), divergence=divergence,
                          seconds=seconds, load_seconds=load_s, target=pair.target.name, draft=pair.draft.name)
 
+    # -- the semantic cache ---------------------------------------------------------------------------------
+    def cache_info(self) -> CacheInfo:
+        if self.cache is None:
+            return CacheInfo(available=False)
+        return CacheInfo(available=True, threshold=self.cache.threshold, backend=self.cache.location)
 
-def _final(events: Iterator[Event]):
-    done = None
-    for event in events:
-        done = event if event.type == "done" else done
-    return done
+    def cache_stats(self) -> CacheStats | None:
+        if self.cache is None:
+            return None
+        s = self.cache.stats()
+        return CacheStats(entries=s["entries"], lookups=s["lookups"], hits=s["hits"], misses=s["misses"],
+                          hit_rate=s["hit_rate"], time_saved_s=s["time_saved_s"], warning=s.get("warning", ""))
+
+    def cache_entries(self, limit: int = 50) -> list[CacheEntry]:
+        if self.cache is None:
+            return []
+        return [CacheEntry(e["key"], e["prompt"], e["answer"], e["created"]) for e in self.cache.entries(limit)]
+
+    def cache_delete(self, key: str) -> bool:
+        return self.cache is not None and self.cache.delete(key)
+
+    def cache_clear(self) -> None:
+        if self.cache is not None:
+            self.cache.clear()

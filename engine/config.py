@@ -111,6 +111,10 @@ class CacheConfig:
 
 CACHE_OFF = CacheConfig(mode="off")
 
+# The one place the defaults live: the UI's controls, /chat and /v1 all start from these.
+DEFAULT_SAMPLING = SamplingConfig()
+DEFAULT_CACHE = CacheConfig()
+
 # What the app does by default: prompt lookup when the text repeats, the draft model otherwise, adaptive k.
 DEFAULT_SPEC = SpecConfig(k=4, proposer="hybrid", adaptive=True)
 

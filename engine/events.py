@@ -107,6 +107,7 @@ class DoneEvent:
     text: str
     token_ids: tuple[int, ...]
     stats: StatsEvent
+    prompt_tokens: int = 0  # tokens of the prompt this answers (chat template included); 0 when not known
     type: str = "done"
 
     def to_dict(self) -> dict:

@@ -2,7 +2,9 @@
 
 The nf4 draft disagrees with its bf16 original often enough to give accepted, corrected and bonus tokens.
 Converted weights are reused from the normal cache root (linked into the test's fresh --cache-dir), so only
-the first run ever converts. Run: ``pytest -m browser tests/test_browser.py``.
+the first run ever converts. One server per module; every test opens its own tab, so no test depends on
+another's chat or settings (the server's semantic cache and loaded pair are shared). Run:
+``pytest -m browser tests/test_browser.py``.
 """
 from __future__ import annotations
 
@@ -45,9 +47,10 @@ def browser():
     pw.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def page(server, browser):
-    """One tab for the whole module; any JavaScript dialog (alert) is an injection and fails the tests."""
+    """A fresh tab (and browser session) for each test; any JavaScript dialog (alert) is an injection and
+    fails the test."""
     context = browser.new_context(viewport={"width": 1500, "height": 1000})
     p = context.new_page()
     p.dialogs = []
@@ -56,6 +59,7 @@ def page(server, browser):
     p.wait_for_selector("#msg textarea", timeout=60_000)
     yield p
     context.close()
+    assert p.dialogs == [], f"a JavaScript dialog opened: {p.dialogs}"
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
@@ -106,7 +110,44 @@ def clear_chat(page) -> None:
     expect(page.locator("#chat .tokstream")).to_have_count(0, timeout=10_000)
 
 
+def queued_jobs(page) -> list:
+    """Every job this tab puts on the server's queue (a send, a regenerate, a race...), recorded as it goes."""
+    jobs = []
+    page.on("request", lambda r: jobs.append(r.url) if r.method == "POST" and "/queue/join" in r.url else None)
+    return jobs
+
+
 # -- tests ------------------------------------------------------------------------------------------------
+ALL_LINES_SHOWN = """n => {
+  const box = document.querySelector('#msg textarea');
+  const lineHeight = parseFloat(getComputedStyle(box).lineHeight);
+  return box.scrollHeight <= box.clientHeight + 1 && box.clientHeight >= n * lineHeight;
+}"""
+
+
+def test_enter_sends_and_shift_enter_makes_a_new_line(page):
+    """As the placeholder says: typed as a person would, Shift+Enter adds a line (the box grows to show it) and
+    sends nothing; Enter sends the whole message."""
+    set_number(page, "max-new-tokens", 8)
+    jobs, box = queued_jobs(page), page.locator("#msg textarea")
+    expect(box).to_have_attribute("placeholder", re.compile("Enter to send, Shift\\+Enter for a new line"))
+    box.click()
+    lines = ["Say hi.", "Just that.", "Thanks."]
+    page.keyboard.type(lines[0])
+    for line in lines[1:]:
+        page.keyboard.press("Shift+Enter")
+        page.keyboard.type(line)
+    expect(box).to_have_value("\n".join(lines))
+    page.wait_for_function(ALL_LINES_SHOWN, arg=len(lines), timeout=10_000)  # grown, no scrolling
+    assert jobs == [] and answers(page) == 0  # Shift+Enter (and the typing after it) sent nothing
+    page.keyboard.press("Enter")
+    wait_answer(page, 0)
+    assert jobs, "Enter queued no job"
+    assert page.locator("#chat .usertext").all_inner_texts() == ["\n".join(lines)]
+    assert last_answer(page).locator(".tok").count() > 0
+    expect(box).to_have_value("")
+
+
 # Records every value the "steps" card shows, as the DOM changes (no sampling, no sleeps).
 WATCH_STEPS = """() => {
   window.__steps = new Set();
@@ -135,7 +176,6 @@ def test_streams_coloured_tokens_and_live_stats(page):
 
 
 def test_code_renders_as_a_block_of_coloured_tokens_and_the_view_switch_works(page):
-    clear_chat(page)
     set_number(page, "max-new-tokens", 120)
     wait_answer(page, send(page, "Write a Python function that adds two numbers, in a ```python code block."))
     code = last_answer(page).locator(".md-view pre.md-code code")
@@ -173,7 +213,6 @@ def test_stop_cancels_mid_answer(page):
 
 
 def test_same_prompt_again_is_a_cache_hit(page):
-    clear_chat(page)
     set_number(page, "max-new-tokens", 200)
     prompt = "Name three primary colors."
     wait_answer(page, send(page, prompt))
@@ -188,7 +227,6 @@ def test_same_prompt_again_is_a_cache_hit(page):
 
 
 def test_cache_panel_lists_and_deletes_entries(page):
-    clear_chat(page)
     set_number(page, "max-new-tokens", 200)
     wait_answer(page, send(page, "Name two planets."))
     page.get_by_role("tab", name="Cache").click()
@@ -201,7 +239,6 @@ def test_cache_panel_lists_and_deletes_entries(page):
     page.get_by_role("option", name=re.compile("Name two planets")).click()
     page.click("#cache-delete")
     expect(page.locator("#cache-entries")).not_to_contain_text("Name two planets.", timeout=10_000)
-    page.get_by_role("tab", name="Chat").click()
 
 
 def test_race_mode_shows_both_answers_and_the_identity_check(page):
@@ -213,12 +250,11 @@ def test_race_mode_shows_both_answers_and_the_identity_check(page):
     expect(page.locator("#race-summary")).to_contain_text(re.compile("identical token ids|token ids differ"))
     assert page.locator("#race-target .tok-target").count() > 0
     assert kinds_in(page.locator("#race-spec")) & {"accepted", "corrected", "bonus"}
-    page.get_by_role("tab", name="Chat").click()
 
 
 def test_injected_html_renders_as_text(page):
     set_number(page, "max-new-tokens", 48)
-    evil = "Repeat this: <img src=x onerror=alert(1)> <script>alert(2)</script>"  # later tests' history
+    evil = "Repeat this: <img src=x onerror=alert(1)> <script>alert(2)</script>"
     wait_answer(page, send(page, evil))
     for view in ("tokens", "rendered"):  # both views are in the page; each must show text, never live HTML
         page.locator("#answer-view label", has_text=view).click()
@@ -239,8 +275,6 @@ def test_toasts_show_html_as_text(page):
     expect(toast).to_contain_text("<b>bold</b>", timeout=60_000)
     assert toast.locator("img").count() == 0 and toast.locator("b").count() == 0
     expect_error(page, "unknown model")
-    page.fill("#target input", "smollm2-135m-instruct")  # leave the field as the other tests expect it
-    page.keyboard.press("Enter")
     assert page.dialogs == []
 
 
@@ -282,7 +316,6 @@ def test_bad_input_shows_errors_and_the_app_keeps_working(page):
 
 
 def test_regenerate_replaces_the_last_answer_and_ghosts_toggle(page):
-    clear_chat(page)
     set_number(page, "max-new-tokens", 12)
     wait_answer(page, send(page, "Say hello."))
     n = answers(page)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 from fastapi import FastAPI
@@ -10,9 +9,12 @@ from fastapi.testclient import TestClient
 
 from app.context import AppContext
 from app.openai_api import add_openai_routes
-from app.openai_format import Release
+from app.openai_format import OPENAI_TEMPERATURE, Release
+from engine.config import DEFAULT_CACHE, DEFAULT_SAMPLING, DEFAULT_SPEC, SamplingConfig
 from engine.errors import EmptyPromptError
 from engine.events import CacheEvent, DoneEvent, StatsEvent, TokenEvent
+from engine.surface import PairInfo
+from tests.test_render import FakeEngine as ReplayEngine
 
 PIECES = [("Hello", "accepted"), (" wor", "corrected"), ("ld", "bonus"), ("! END", "accepted"), (" more", "target")]
 
@@ -21,24 +23,21 @@ def tok(text, kind="accepted", i=0):
     return TokenEvent(token_id=i, text=text, kind=kind, step=i, t=0.0, p_target=0.5, q_draft=0.25)
 
 
-class FakeEngine:
-    """Duck-typed ChatEngine: replays PIECES, honours cancel between tokens, records what it was asked."""
-    cache = None
+class FakeEngine(ReplayEngine):
+    """Replays PIECES, honours cancel between tokens, records what it was asked. The prompt's length comes on
+    the DoneEvent only: the API must not read the prompt apart from the generation."""
+    PROMPT_TOKENS = 3
 
     def __init__(self):
-        self.calls = []
+        super().__init__([], cache=False)
 
     def info(self):
-        return SimpleNamespace(target="tgt", draft="drf", target_precision="bf16", draft_precision="nf4",
-                               device="cpu")
+        return PairInfo(target="tgt", draft="drf", target_precision="bf16", draft_precision="nf4", device="cpu")
 
-    def encode(self, messages):
+    def generate(self, messages, sampling, spec, *, cache=DEFAULT_CACHE, cancel=None):
+        self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache))
         if not messages[-1]["content"].strip():
             raise EmptyPromptError("the message is empty: type something to ask")
-        return [1, 2, 3]
-
-    def generate(self, messages, sampling, spec, *, cache=None, cancel=None):
-        self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache))
         yield CacheEvent("off")
         ids = []
         for i, (text, kind) in enumerate(PIECES):
@@ -48,7 +47,8 @@ class FakeEngine:
             yield tok(text, kind, i)
         stats = StatsEvent(steps=2, new_tokens=len(ids), proposed=4, accepted=3, elapsed_s=0.1, k=4)
         reason = "cancelled" if len(ids) < len(PIECES) else "length"
-        yield DoneEvent(reason, "".join(t for t, _ in PIECES[:len(ids)]), tuple(ids), stats)
+        yield DoneEvent(reason, "".join(t for t, _ in PIECES[:len(ids)]), tuple(ids), stats,
+                        prompt_tokens=self.PROMPT_TOKENS)
 
 
 def client(api_key=None):
@@ -83,7 +83,14 @@ def test_non_streamed_completion_carries_text_speculation_and_usage():
                              "accepted": 3, "acceptance_rate": 0.75}
     sampling = engine.calls[0]["sampling"]
     assert (sampling.temperature, sampling.max_new_tokens, sampling.seed) == (0.0, 20, 3)
-    assert engine.calls[0]["cache"].mode == "verify"  # the same cache as a browser chat
+    assert engine.calls[0]["cache"] == DEFAULT_CACHE and engine.calls[0]["spec"] == DEFAULT_SPEC  # as a browser chat
+
+
+def test_what_a_request_leaves_out_is_the_engine_default_or_openai_temperature():
+    c, engine = client()
+    assert c.post("/v1/chat/completions", json=ask()).status_code == 200
+    assert engine.calls[0]["sampling"] == SamplingConfig(temperature=OPENAI_TEMPERATURE,
+                                                         max_new_tokens=DEFAULT_SAMPLING.max_new_tokens)
 
 
 def test_stop_string_cuts_the_text_and_the_tokens_and_stops_the_engine():
@@ -109,7 +116,23 @@ def test_streamed_chunks_end_with_done_and_add_up_to_the_answer():
     kinds = [s["kind"] for ch in chunks for s in ch["choices"][0]["speculation"]]
     assert kinds == ["accepted", "corrected"]
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
-    assert chunks[-1]["usage"]["completion_tokens"] == 2
+    assert chunks[-1]["usage"]["completion_tokens"] == 2 and chunks[-1]["usage"]["prompt_tokens"] == 3
+
+
+def test_the_engine_reports_the_prompt_length_on_its_done_event():
+    """What usage.prompt_tokens reads: the generation's own count, from the prompt it encoded once."""
+    from engine.chat_engine import ChatEngine
+    from engine.config import CACHE_OFF
+    from engine.events import final_done
+    from tests.tiny import tiny_pair
+
+    engine = ChatEngine()
+    engine.use_models(*tiny_pair())
+    messages, sampling = [{"role": "user", "content": "hello there"}], SamplingConfig(max_new_tokens=3)
+    n = len(engine.encode(messages))
+    assert n > 0
+    assert final_done(engine.generate(messages, sampling, DEFAULT_SPEC, cache=CACHE_OFF)).prompt_tokens == n
+    assert final_done(engine.generate_reference(messages, sampling)).prompt_tokens == n
 
 
 def test_release_holds_back_a_possible_stop_prefix_then_lets_it_go():

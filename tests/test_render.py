@@ -1,15 +1,18 @@
 """The UI's pure parts on hand-made events: escaping, kind classes, legend, stats, plots data, handlers. No browser."""
+import inspect
 import json
 import subprocess
 import sys
 import threading
 from types import SimpleNamespace
 
+import gradio as gr
 import pytest
 
 from app.baseline import BaselineStore, baseline_key, get_or_measure
-from app.cache_panel import cache_summary_html, entries_frame
-from app.chat import stream_answer
+from app.cache_panel import cache_summary_html, cache_view, entries_frame, make_cache_handlers
+from app.chat import make_handlers, stream_answer
+from app.components import create_cache_controls
 from app.context import AppContext
 from app.pair import pair_status_html
 from app.race import race_summary
@@ -20,9 +23,12 @@ from app.stats_view import (acceptance_frame, format_stats, render_stats, speedu
                             theoretical_speedup)
 from engine.speed.costmodel import StepCosts
 from app.turn import Turn, trace_document
-from engine.config import CACHE_OFF, CacheConfig
+from engine.config import CACHE_OFF, DEFAULT_CACHE, DEFAULT_SAMPLING, DEFAULT_SPEC, CacheConfig, SamplingConfig
 from engine.errors import EmptyPromptError, InvalidSettingError, NoPairError
 from engine.events import TOKEN_KINDS, CacheEvent, DoneEvent, StatsEvent, TokenEvent
+from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
+from engine.surface import (SURFACE_MEMBERS, CacheEntry, CacheInfo, CacheStats, EngineSurface, PairInfo,
+                            surface_problems)
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = '<img src=x onerror="alert(1)">'
@@ -179,8 +185,6 @@ def test_turn_collects_every_event_for_the_trace():
     doc = trace_document(turn, [{"role": "user", "content": "hi"}], None, UISettings().to_dict())
     assert [e["type"] for e in json.loads(json.dumps(doc))["events"]] == ["cache", "token", "token", "stats", "done"]
     assert turn.kind_counts() == {"accepted": 1, "bonus": 1}
-    rebuilt = Turn.from_dicts(json.loads(json.dumps(doc))["events"])  # an exported trace reads back
-    assert rebuilt.stats.acceptance_rate == 0.5 and rebuilt.cache.outcome == "miss"
 
 
 def test_race_summary_identical_check():
@@ -206,33 +210,24 @@ def test_settings_validation_comes_from_the_engine_configs():
         sampling_config(UISettings(seed="abc"))
 
 
-class FakeCache:
-    def __init__(self):
-        self.items = [{"key": "k1", "prompt": SCRIPT, "answer": IMG, "created": 0}]
-
-    def stats(self):
-        return {"lookups": 4, "hits": {"exact": 1, "verified": 1}, "hit_rate": 0.5, "time_saved_s": 2.5}
-
-    def entries(self, limit):
-        return self.items[:limit]
-
-    def __len__(self):
-        return len(self.items)
-
-
 class FakeEngine:
-    """Duck-typed ChatEngine that replays hand-made events."""
-    cache = FakeCache()
+    """Replays hand-made events; its cache holds one hostile entry. The whole EngineSurface, nothing else (see
+    test_fakes_and_the_engine_have_exactly_the_surface)."""
 
-    def __init__(self, events):
+    def __init__(self, events, cache: bool = True):
         self.events = events
         self.calls = []
+        self.entries = [CacheEntry("k1", SCRIPT, IMG, 0.0)] if cache else None
+
+    def load_pair(self, target=DEFAULT_TARGET, draft=DEFAULT_DRAFT, target_precision=None, draft_precision=None):
+        self.calls.append(dict(load=(target, draft, target_precision, draft_precision)))
+        return self.info()
 
     def info(self):
-        return SimpleNamespace(target="t", draft="d", target_precision="bf16", draft_precision="nf4", device="cpu")
+        return PairInfo(target="t", draft="d", target_precision="bf16", draft_precision="nf4", device="cpu")
 
     def generate(self, messages, sampling, spec, *, cache=CacheConfig(), cancel=None):
-        self.calls.append(dict(messages=messages, cache=cache, cancel=cancel))
+        self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache, cancel=cancel))
         if not messages[-1]["content"].strip():
             raise EmptyPromptError("the message is empty")
         yield from self.events
@@ -241,22 +236,129 @@ class FakeEngine:
         yield tok("x", "target")
         yield done((1,), stats(new_tokens=32, elapsed_s=4.0))
 
+    def explain_divergence(self, messages, sampling, reference_ids, other_ids):
+        return None
+
+    def prove_fp32(self, messages, sampling, spec):
+        self.proved = (messages, sampling.greedy, spec.k)
+        return SimpleNamespace(identical=True, n_tokens=2, divergence=None, seconds=1.25, load_seconds=0.0,
+                               to_dict=lambda: {"identical": True})
+
+    def cache_info(self):
+        return CacheInfo(available=self.entries is not None, threshold=0.9, backend="redis://:***@<b>host</b>:1/0")
+
+    def cache_stats(self):
+        if self.entries is None:
+            return None
+        return CacheStats(entries=len(self.entries), lookups=4, hits={"exact": 1, "verified": 1}, misses=2,
+                          hit_rate=0.5, time_saved_s=2.5)
+
+    def cache_entries(self, limit=50):
+        return (self.entries or [])[:limit]
+
+    def cache_delete(self, key):
+        if key not in [e.key for e in self.entries or []]:
+            return False
+        self.entries = [e for e in self.entries if e.key != key]
+        return True
+
+    def cache_clear(self):
+        self.entries = [] if self.entries is not None else None
+
+
+def _public_methods(cls: type) -> set[str]:
+    return {name for name in dir(cls) if not name.startswith("_") and callable(getattr(cls, name))}
+
+
+def test_fakes_and_the_engine_have_exactly_the_surface():
+    """Names and parameters (names, kinds, defaults) as EngineSurface declares them; a fake has nothing more, so
+    an app that called anything else on the engine would fail here, with the fakes."""
+    from engine.chat_engine import ChatEngine
+    from tests.test_openai_api import FakeEngine as ApiFakeEngine
+
+    assert set(SURFACE_MEMBERS) == {"load_pair", "info", "generate", "generate_reference", "explain_divergence",
+                                    "prove_fp32", "cache_info", "cache_stats", "cache_entries", "cache_delete",
+                                    "cache_clear"}
+    for cls in (ChatEngine, FakeEngine, RaceEngine, ApiFakeEngine):
+        assert surface_problems(cls) == [], cls
+    for fake in (FakeEngine([]), RaceEngine([]), ApiFakeEngine()):
+        assert isinstance(fake, EngineSurface)
+        assert _public_methods(type(fake)) == set(SURFACE_MEMBERS), type(fake)
+
+
+def test_a_drifted_fake_is_caught():
+    class Drifted(FakeEngine):
+        def generate(self, messages, sampling, spec, cache=CacheConfig(), cancel=None):  # cache not keyword-only
+            yield from ()
+
+        def cache_entries(self, limit=10):  # another default
+            return []
+
+    class Partial:
+        def info(self):
+            return None
+
+    problems = surface_problems(Drifted)
+    assert len(problems) == 2 and "Drifted.generate" in problems[0] and "Drifted.cache_entries" in problems[1]
+    assert len(surface_problems(Partial)) == len(SURFACE_MEMBERS) - 1
+    assert "Partial.load_pair is missing" in surface_problems(Partial)
+
+
+def test_defaults_are_the_engine_configs():
+    """One place: the UI's controls, /chat and /v1 start from engine.config's defaults."""
+    s = UISettings()
+    assert sampling_config(s) == SamplingConfig(seed=None) == DEFAULT_SAMPLING
+    assert spec_config(s) == DEFAULT_SPEC and cache_config(s) == DEFAULT_CACHE
+    from app.api import make_chat_api
+    params = inspect.signature(make_chat_api(AppContext(FakeEngine([])))).parameters
+    assert params["max_new_tokens"].default == DEFAULT_SAMPLING.max_new_tokens
+    assert params["temperature"].default == DEFAULT_SAMPLING.temperature and params["k"].default == DEFAULT_SPEC.k
+
 
 def test_cache_controls_become_one_cache_config():
     assert cache_config(UISettings(cache_mode="direct", cache_threshold=0.85)) == CacheConfig("direct", 0.85)
     assert cache_config(UISettings(cache_enabled=False)) == CACHE_OFF
-    assert cache_config(UISettings(), off=True) == CACHE_OFF
     with pytest.raises(InvalidSettingError, match="cache mode"):
         cache_config(UISettings(cache_mode="sometimes"))
 
 
 def test_cache_panel_escapes_and_counts():
-    html = cache_summary_html(FakeCache())
+    engine = FakeEngine([])
+    html = cache_summary_html(engine.cache_info(), engine.cache_stats())
     assert_inert(html)
+    assert "<b>" not in html
     assert "50.0%" in html and ">1<" in html and "exact 1 · verified 1" in html and "2.5 s" in html
-    assert "time saved" in html
-    assert entries_frame(FakeCache())["prompt"][0] == SCRIPT  # a Dataframe shows text, never HTML
-    assert "not available" in cache_summary_html(None)
+    assert "time saved" in html and "stored in redis://:***@&lt;b&gt;host" in html
+    assert entries_frame(engine.cache_entries())["prompt"][0] == SCRIPT  # a Dataframe shows text, never HTML
+    no_cache = FakeEngine([], cache=False)
+    assert "not available" in cache_summary_html(no_cache.cache_info(), no_cache.cache_stats())
+    warned = cache_summary_html(engine.cache_info(), CacheStats(entries=0, warning="Redis <i>unreachable</i>"))
+    assert "cache-warning" in warned and "&lt;i&gt;unreachable" in warned
+
+
+def test_cache_tab_deletes_and_clears_through_the_engine_methods():
+    engine = FakeEngine([])
+    handlers = make_cache_handlers(engine)
+    summary, frame, pick = handlers["refresh"]()
+    assert list(frame["key"]) == ["k1"] and pick["choices"] == [(f"{SCRIPT[:60]} [k1]", "k1")]
+    _, frame, _ = handlers["delete"]("k1")
+    assert frame.empty and engine.entries == []
+    with pytest.warns(UserWarning, match="no such entry"):  # a warning toast, outside a Gradio request
+        handlers["delete"]("k1")
+    engine.entries = [CacheEntry("k2", "q", "a", 0.0)]
+    _, frame, _ = handlers["clear"]()
+    assert frame.empty and engine.entries == []
+    assert "not available" in cache_view(FakeEngine([], cache=False))[0]
+
+
+def test_cache_controls_start_from_the_engine_cache_settings():
+    with gr.Blocks():
+        on = create_cache_controls(CacheInfo(available=True, threshold=0.9))
+        off = create_cache_controls(CacheInfo(available=False))
+    assert on["cache_threshold"].value == 0.9 and on["cache_enabled"].value is True
+    assert on["cache_mode"].value == DEFAULT_CACHE.mode
+    assert off["cache_enabled"].value is False and off["cache_enabled"].interactive is False
+    assert off["cache_threshold"].value == DEFAULT_CACHE.threshold
 
 
 def test_baseline_is_measured_once_and_cached(tmp_path):
@@ -298,12 +400,25 @@ def test_stream_answer_shows_engine_errors_and_changes_nothing(tmp_path):
 
 def test_cancel_flags_are_per_session():
     ctx = AppContext(FakeEngine([]))
-    a, b = ctx.cancels.new("a"), ctx.cancels.new("b")
-    assert ctx.cancels.cancel("a") and a.is_set() and not b.is_set()
-    assert isinstance(a, threading.Event) and not ctx.cancels.cancel("nobody")
-    with ctx.cancels.scope("b", b):
-        assert ctx.cancels.cancel("b")
+    with ctx.cancels.running("a") as a, ctx.cancels.running("b") as b:
+        assert ctx.cancels.cancel("a") and a.is_set() and not b.is_set()
+        assert isinstance(a, threading.Event) and not ctx.cancels.cancel("nobody")
+    assert b.is_set()  # leaving the block stops its generation
     assert not ctx.cancels.cancel("b")  # a finished generation has no flag left
+
+
+def test_stop_decides_from_the_running_generation_not_the_html(tmp_path):
+    ctx = AppContext(FakeEngine([CacheEvent("miss"), tok("a"), stats(), done()]), BaselineStore(tmp_path / "b.json"))
+    stop, request = make_handlers(ctx, ELEMS)["stop"], SimpleNamespace(session_hash="s1")
+    assert "Nothing is running" in stop(request)
+    stream = stream_answer(ctx, ELEMS, history=[], shown=[], prompt="hi", settings=UISettings(), session="s1")
+    next(stream)
+    assert "Stopping at the next step" in stop(request) and ctx.engine.calls[0]["cancel"].is_set()
+    list(stream)
+    assert "Nothing is running" in stop(request)
+    with pytest.warns(UserWarning):  # an answer that never started leaves nothing to stop
+        list(stream_answer(ctx, ELEMS, history=[], shown=[], prompt=" ", settings=UISettings(), session="s1"))
+    assert "Nothing is running" in stop(request)
 
 
 _BUILD_UI_WITHOUT_ENGINE = """
@@ -313,13 +428,13 @@ import app.openai_api, app.markdown_view, bench.render, app.divergence_view
 from app.context import AppContext
 from app.ui import build_demo
 from engine.errors import NoPairError
+from tests.test_render import FakeEngine
 
-class NoPairEngine:
-    cache = None
+class NoPairEngine(FakeEngine):
     def info(self):
         raise NoPairError("no models loaded yet")
 
-demo = build_demo(AppContext(NoPairEngine()))
+demo = build_demo(AppContext(NoPairEngine([], cache=False)))
 assert demo.fns, "the UI has no event handlers"
 assert demo.analytics_enabled is False  # a local app calls nobody
 bad = [m for m in ("torch", "transformers") if m in sys.modules]
@@ -534,18 +649,13 @@ def test_fp32_proof_says_identical_with_timing_or_the_honest_result():
 
 
 class RaceEngine(FakeEngine):
-    """A race whose answers differ at token 1, explained as a tie, and an fp32 proof."""
+    """A race whose answers differ at token 1, explained as a tie (and the fake's fp32 proof)."""
 
     def explain_divergence(self, messages, sampling, reference_ids, other_ids):
         self.explained = (reference_ids, other_ids)
         d = div_dict()
         return SimpleNamespace(**{k: v for k, v in d.items() if k != "within_rounding"}, within_rounding=True,
                                to_dict=lambda: d)
-
-    def prove_fp32(self, messages, sampling, spec):
-        self.proved = (messages, sampling.greedy, spec.k)
-        return SimpleNamespace(identical=True, n_tokens=2, divergence=None, seconds=1.25, load_seconds=0.0,
-                               to_dict=lambda: {"identical": True})
 
 
 def test_race_explains_the_divergence_and_proves_it(tmp_path):

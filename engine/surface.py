@@ -1,0 +1,132 @@
+"""What the app may call on the engine: one typed ``Protocol``, and the small frozen values it returns.
+
+``engine.chat_engine.ChatEngine`` satisfies it; the app holds its engine as an ``EngineSurface`` and calls nothing
+else (no attributes: cache settings and statistics come through methods too). This module imports nothing
+heavy (no torch, no transformers): the app imports it, and the app never imports torch.
+"""
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from engine.config import DEFAULT_CACHE, CacheConfig, SamplingConfig, SpecConfig
+from engine.events import Event
+from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
+from engine.speed.costmodel import StepCosts
+
+if TYPE_CHECKING:  # engine.divergence imports torch; the app reads these by attribute
+    from engine.divergence import Divergence, Fp32Proof
+
+
+@dataclass(frozen=True)
+class PairInfo:
+    target: str
+    draft: str
+    target_precision: str
+    draft_precision: str
+    device: str
+    precision_note: str = ""  # why these precisions, e.g. "AVX2 CPU (...) -> target int8-dynamic (auto), ..."
+    costs: StepCosts | None = None  # the step costs measured at load
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """The semantic cache's settings: what the cache controls start from."""
+    available: bool  # False: this engine runs without a semantic cache (see the launch log)
+    threshold: float = DEFAULT_CACHE.threshold  # the similarity a semantic hit needs, unless a request says
+    backend: str = ""  # where the entries live, safe to show (passwords masked)
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    entries: int
+    lookups: int = 0
+    hits: Mapping[str, int] = field(default_factory=dict)  # outcome ("exact", "verified", "cached") -> count
+    misses: int = 0
+    hit_rate: float = 0.0
+    time_saved_s: float = 0.0  # generation time that hits saved
+    warning: str = ""  # why the cache is not working right now (e.g. Redis unreachable), or empty
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    key: str
+    prompt: str
+    answer: str  # a preview
+    created: float  # unix seconds
+
+
+@runtime_checkable
+class EngineSurface(Protocol):
+    """Everything the app calls on the engine. ``surface_problems`` checks an implementation (or a test fake)
+    against it: the same members, with the same parameters."""
+
+    def load_pair(self, target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT,
+                  target_precision: str | None = None, draft_precision: str | None = None) -> PairInfo:
+        """Load both models and check they can pair; on any error the previous pair stays."""
+        ...
+
+    def info(self) -> PairInfo:
+        """The loaded pair; raises NoPairError when none is loaded."""
+        ...
+
+    def generate(self, messages: list[dict], sampling: SamplingConfig, spec: SpecConfig, *,
+                 cache: CacheConfig = CacheConfig(), cancel: threading.Event | None = None) -> Iterator[Event]:
+        """A CacheEvent, then TokenEvents and StatsEvents, then a DoneEvent (with ``prompt_tokens``)."""
+        ...
+
+    def generate_reference(self, messages: list[dict], sampling: SamplingConfig,
+                           cancel: threading.Event | None = None) -> Iterator[Event]:
+        """Target-only decoding: TokenEvents and StatsEvents, then a DoneEvent."""
+        ...
+
+    def explain_divergence(self, messages: list[dict], sampling: SamplingConfig, reference_ids: list[int],
+                           other_ids: list[int]) -> Divergence | None:
+        ...
+
+    def prove_fp32(self, messages: list[dict], sampling: SamplingConfig, spec: SpecConfig) -> Fp32Proof:
+        ...
+
+    def cache_info(self) -> CacheInfo:
+        ...
+
+    def cache_stats(self) -> CacheStats | None:
+        """None when there is no semantic cache."""
+        ...
+
+    def cache_entries(self, limit: int = 50) -> list[CacheEntry]:
+        """Newest first."""
+        ...
+
+    def cache_delete(self, key: str) -> bool:
+        """Whether the entry existed."""
+        ...
+
+    def cache_clear(self) -> None:
+        ...
+
+
+SURFACE_MEMBERS = tuple(name for name in vars(EngineSurface) if not name.startswith("_")
+                        and callable(getattr(EngineSurface, name)))
+
+
+def _parameters(fn) -> list[tuple[str, object, object]]:
+    """(name, kind, default) of each parameter; annotations are left out (fakes need not repeat them)."""
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
+def surface_problems(cls: type) -> list[str]:
+    """What keeps ``cls`` from being an EngineSurface: each member it lacks, or whose parameters (names, kinds,
+    defaults, order) differ from the Protocol's. Empty when it conforms."""
+    problems = []
+    for name in SURFACE_MEMBERS:
+        impl = inspect.getattr_static(cls, name, None)
+        if impl is None:
+            problems.append(f"{cls.__name__}.{name} is missing")
+        elif _parameters(getattr(cls, name)) != _parameters(getattr(EngineSurface, name)):
+            problems.append(f"{cls.__name__}.{name}{inspect.signature(getattr(cls, name))} differs from "
+                            f"EngineSurface.{name}{inspect.signature(getattr(EngineSurface, name))}")
+    return problems

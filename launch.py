@@ -79,8 +79,11 @@ def open_semantic_cache(cache_url: str | None = None, namespace: str = "speclens
 def load_engine(args: argparse.Namespace):
     """Create the engine and load the pair, printing progress. Exits with a readable message on failure."""
     from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
+    from engine.models.loading import quiet_library_logs
     from engine.errors import EngineError
     from engine.chat_engine import ChatEngine
+
+    quiet_library_logs()
 
     target, draft = args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT
     start = time.perf_counter()

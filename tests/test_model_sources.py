@@ -1,8 +1,12 @@
 """Bad model names and files fail at once with the engine's own errors, and leave nothing half-made."""
+from pathlib import Path
+
 import pytest
 
 from engine.errors import EngineError, ModelFormatError, UnknownModelError
 from engine.models.loading import ALLOW_DOWNLOADS_ENV, hub_source, resolve_source
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -51,3 +55,24 @@ def test_a_cached_hub_id_resolves_to_its_local_snapshot(tmp_path, monkeypatch):
     monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path))
     monkeypatch.delenv(ALLOW_DOWNLOADS_ENV, raising=False)
     assert resolve_source("org/tiny") == str(snapshot)
+
+
+def test_library_warnings_are_quieted_only_when_asked():
+    """Importing the loader changes no warning filter and no logger level; quiet_library_logs() does."""
+    import subprocess
+    import sys
+
+    code = """if True:
+        import logging, warnings
+        import torch, engine.config, engine.errors, engine.models.catalog, engine.models.hardware
+        import engine.models.int8_weight
+        bnb = logging.getLogger("bitsandbytes.autograd._functions")
+        before = (list(warnings.filters), bnb.level)
+        from engine.models.loading import quiet_library_logs
+        assert (list(warnings.filters), bnb.level) == before, "changed at import"
+        quiet_library_logs()
+        quiet_library_logs()
+        added = [f for f in warnings.filters if f not in before[0]]
+        assert len(added) == 4 and bnb.level == logging.ERROR, (added, bnb.level)
+        """
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=300)

@@ -15,13 +15,6 @@ from engine.models import hardware
 from engine.models.int8_weight import quantize_int8_weight
 from engine.errors import IncompatiblePairError, InvalidSettingError, ModelFormatError, UnknownModelError
 
-# bitsandbytes int8 on CPU warns on every matmul; the cast it announces is expected
-warnings.filterwarnings("ignore", message="MatMul8bitLt: inputs will be cast")
-warnings.filterwarnings("ignore", message=".*torch.ao.quantization is deprecated")
-warnings.filterwarnings("ignore", message="For migrations of users")
-warnings.filterwarnings("ignore", message="torch.quantize_per_tensor, torch.quantize_per_channel")
-logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
-
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>")
 GGUF_MAGIC = b"GGUF"
 ALLOW_DOWNLOADS_ENV = "SPECLENS_ALLOW_DOWNLOADS"  # "1": hub ids not in the local cache are downloaded
@@ -38,6 +31,18 @@ class LoadedModel:
     context_window: int
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     auto_precision: bool = False  # the precision was chosen by ``auto`` for this machine
+
+
+def quiet_library_logs() -> None:
+    """Silence the library warnings that say nothing to a user of this app; called by the command-line
+    entry points (launch.py, the bench), never at import. Calling it again changes nothing."""
+    # bitsandbytes int8 on CPU warns on every matmul; the cast it announces is expected
+    warnings.filterwarnings("ignore", message="MatMul8bitLt: inputs will be cast")
+    # int8-dynamic (the CPU draft) is made with torch.ao.quantization, which announces its deprecation
+    warnings.filterwarnings("ignore", message=".*torch.ao.quantization is deprecated")
+    warnings.filterwarnings("ignore", message="For migrations of users")
+    warnings.filterwarnings("ignore", message="torch.quantize_per_tensor, torch.quantize_per_channel")
+    logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
 
 
 def default_device() -> torch.device:

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import EngineError, ModelFormatError, UnknownModelError
+from engine.models.catalog import CACHE_DIR_ENV
 from engine.models.loading import ALLOW_DOWNLOADS_ENV, hub_source, resolve_source
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -12,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def cache_root(tmp_path, monkeypatch):
     root = tmp_path / "speclens-cache"
-    monkeypatch.setenv("SPECLENS_CACHE_DIR", str(root))
+    monkeypatch.setenv(CACHE_DIR_ENV, str(root))
     return root
 
 
@@ -76,3 +77,16 @@ def test_library_warnings_are_quieted_only_when_asked():
         assert len(added) == 4 and bnb.level == logging.ERROR, (added, bnb.level)
         """
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=300)
+
+
+def test_converted_weights_go_to_the_cache_dir_given_not_the_environments(tmp_path, monkeypatch):
+    import engine.models.catalog as catalog
+
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "from-env"))
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(20))
+    made = []
+    monkeypatch.setattr(catalog, "convert_gguf", lambda source, out_dir: made.append(out_dir))
+    source = resolve_source(str(gguf), cache_dir=tmp_path / "given")
+    assert made == [Path(source)] and Path(source).parent == tmp_path / "given" / "models"
+    assert not (tmp_path / "from-env").exists()

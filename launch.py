@@ -56,19 +56,25 @@ def _no_phoning_home() -> None:
 
 
 def open_semantic_cache(cache_dir: Path, cache_url: str | None = None, namespace: str = "speclens"):
-    """The semantic cache in Redis (``cache_url``) or in ``cache_dir``; None (with a message) when its
-    embedder is unavailable. A Redis that is down is not an error: the cache warns and reconnects later."""
-    from engine.cache.backends import open_store
+    """The semantic cache in Redis (``cache_url``) or in ``cache_dir``; None (with a message) when it cannot
+    be opened: the store is unavailable (a read-only or locked directory) or the embedder is missing. A Redis
+    that is down is not an error: the cache warns and reconnects later. A bad URL or namespace ends the
+    program with a message; any other error is a bug and propagates."""
+    from engine.cache.backends import StoreUnavailable, is_url, open_store
     from engine.cache.embedder import load_default_embedder
+    from engine.cache.records import mask_url
     from engine.cache.semantic_cache import SemanticCache
+    from engine.errors import InvalidSettingError
 
+    if cache_url and not is_url(cache_url):
+        sys.exit(f"[speclens] --cache-url {mask_url(cache_url)}: expected redis://, rediss:// or unix://")
     print("[speclens] opening the semantic cache (MiniLM embedder)…", flush=True)
     try:
         store = open_store(cache_url or cache_dir / "semantic-cache", namespace=namespace)
         cache = SemanticCache(store, load_default_embedder())
-    except Exception as err:  # the app works without a cache
-        from engine.cache.records import mask_url
-
+    except InvalidSettingError as err:
+        sys.exit(f"[speclens] {err}")
+    except (StoreUnavailable, OSError, ImportError) as err:  # ImportError, OSError: the embedder is missing
         message = str(err).replace(cache_url, mask_url(cache_url)) if cache_url else str(err)
         print(f"[speclens] semantic cache disabled: {type(err).__name__}: {message}", flush=True)
         return None
@@ -79,7 +85,8 @@ def open_semantic_cache(cache_dir: Path, cache_url: str | None = None, namespace
 
 
 def load_engine(args: argparse.Namespace, cache_dir: Path):
-    """Create the engine and load the pair, printing progress. Exits with a readable message on failure."""
+    """Create the engine and load the pair, printing progress. Exits with a readable message when the pair
+    cannot be loaded (a bad model or setting, or a disk problem while converting)."""
     from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
     from engine.models.loading import quiet_library_logs
     from engine.errors import EngineError
@@ -97,6 +104,8 @@ def load_engine(args: argparse.Namespace, cache_dir: Path):
         info = engine.load_pair(target, draft, args.target_precision, args.draft_precision)
     except EngineError as err:
         sys.exit(f"[speclens] could not load the pair: {err}")
+    except OSError as err:  # e.g. no space left for the converted weights
+        sys.exit(f"[speclens] could not load the pair: {type(err).__name__}: {err}")
     print(f"[speclens] loaded {info.target} ({info.target_precision}) + {info.draft} ({info.draft_precision}) "
           f"on {info.device} in {time.perf_counter() - start:.1f} s", flush=True)
     print(f"[speclens] precision: {info.precision_note}", flush=True)

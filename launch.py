@@ -12,13 +12,9 @@ import sys
 import threading
 import time
 import webbrowser
+from pathlib import Path
 
-# A local app calls nobody: no Gradio analytics or version check, no Hugging Face telemetry. Set before any
-# gradio import (app/ui.py also builds its Blocks with analytics_enabled=False).
-os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
-os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-
-from engine.config import PRECISIONS  # noqa: E402  (a plain module: no torch, so --help stays instant)
+from engine.config import PRECISIONS  # a plain module: no torch, so --help stays instant
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,7 +37,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(default: $SPECLENS_API_KEY; unset: no key needed)")
     p.add_argument("--cache-dir", default=None,
                    help="directory for converted models, the semantic cache and the measured target-only "
-                        "speeds (sets SPECLENS_CACHE_DIR; default: $SPECLENS_CACHE_DIR or ~/.cache/speclens)")
+                        "speeds (default: $SPECLENS_CACHE_DIR, else ~/.cache/speclens)")
     p.add_argument("--cache-url", default=os.environ.get("SPECLENS_CACHE_URL") or None,
                    help="put the semantic cache in Redis, shared by every instance that uses the same URL and "
                         "namespace: redis://[:password@]host:port/db (default: $SPECLENS_CACHE_URL, else a local "
@@ -52,21 +48,33 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def open_semantic_cache(cache_url: str | None = None, namespace: str = "speclens"):
-    """The semantic cache in Redis (``cache_url``) or under the cache root; None (with a message) when its
-    embedder is unavailable. A Redis that is down is not an error: the cache warns and reconnects later."""
-    from engine.models.catalog import cache_root
-    from engine.cache.backends import open_store
-    from engine.cache.embedder import load_default_embedder
-    from engine.cache.semantic_cache import SemanticCache
+def _no_phoning_home() -> None:
+    """A local app calls nobody: no Gradio analytics or version check, no Hugging Face telemetry. Set before any
+    gradio or huggingface_hub import (app/ui.py also builds its Blocks with analytics_enabled=False)."""
+    os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
+
+def open_semantic_cache(cache_dir: Path, cache_url: str | None = None, namespace: str = "speclens"):
+    """The semantic cache in Redis (``cache_url``) or in ``cache_dir``; None (with a message) when it cannot
+    be opened: the store is unavailable (a read-only or locked directory) or the embedder is missing. A Redis
+    that is down is not an error: the cache warns and reconnects later. A bad URL or namespace ends the
+    program with a message; any other error is a bug and propagates."""
+    from engine.cache.backends import StoreUnavailable, is_url, open_store
+    from engine.cache.embedder import load_default_embedder
+    from engine.cache.records import mask_url
+    from engine.cache.semantic_cache import SemanticCache
+    from engine.errors import InvalidSettingError
+
+    if cache_url and not is_url(cache_url):
+        sys.exit(f"[speclens] --cache-url {mask_url(cache_url)}: expected redis://, rediss:// or unix://")
     print("[speclens] opening the semantic cache (MiniLM embedder)…", flush=True)
     try:
-        store = open_store(cache_url or cache_root() / "semantic-cache", namespace=namespace)
+        store = open_store(cache_url or cache_dir / "semantic-cache", namespace=namespace)
         cache = SemanticCache(store, load_default_embedder())
-    except Exception as err:  # the app works without a cache
-        from engine.cache.records import mask_url
-
+    except InvalidSettingError as err:
+        sys.exit(f"[speclens] {err}")
+    except (StoreUnavailable, OSError, ImportError) as err:  # ImportError, OSError: the embedder is missing
         message = str(err).replace(cache_url, mask_url(cache_url)) if cache_url else str(err)
         print(f"[speclens] semantic cache disabled: {type(err).__name__}: {message}", flush=True)
         return None
@@ -76,21 +84,28 @@ def open_semantic_cache(cache_url: str | None = None, namespace: str = "speclens
     return cache
 
 
-def load_engine(args: argparse.Namespace):
-    """Create the engine and load the pair, printing progress. Exits with a readable message on failure."""
+def load_engine(args: argparse.Namespace, cache_dir: Path):
+    """Create the engine and load the pair, printing progress. Exits with a readable message when the pair
+    cannot be loaded (a bad model or setting, or a disk problem while converting)."""
     from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
+    from engine.models.loading import quiet_library_logs
     from engine.errors import EngineError
     from engine.chat_engine import ChatEngine
 
+    quiet_library_logs()
+
     target, draft = args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT
     start = time.perf_counter()
-    engine = ChatEngine(cache=open_semantic_cache(args.cache_url, args.cache_namespace))
+    cache = open_semantic_cache(cache_dir, args.cache_url, args.cache_namespace)
+    engine = ChatEngine(cache=cache, cache_dir=cache_dir)
     print(f"[speclens] loading target {target} and draft {draft} (first use converts the weights once)…",
           flush=True)
     try:
         info = engine.load_pair(target, draft, args.target_precision, args.draft_precision)
     except EngineError as err:
         sys.exit(f"[speclens] could not load the pair: {err}")
+    except OSError as err:  # e.g. no space left for the converted weights
+        sys.exit(f"[speclens] could not load the pair: {type(err).__name__}: {err}")
     print(f"[speclens] loaded {info.target} ({info.target_precision}) + {info.draft} ({info.draft_precision}) "
           f"on {info.device} in {time.perf_counter() - start:.1f} s", flush=True)
     print(f"[speclens] precision: {info.precision_note}", flush=True)
@@ -104,26 +119,36 @@ def cache_dir_problem(path: str) -> str | None:
     while not os.path.exists(existing):  # the nearest part of the path that exists (missing ones get created)
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
-        return f"--cache-dir {path}: {existing} is a file, not a directory; pass a directory (created if missing)"
+        return f"{existing} is a file, not a directory; pass a directory (created if missing)"
     return None
 
 
+def choose_cache_dir(flag: str | None) -> Path:
+    """``--cache-dir``, else ``$SPECLENS_CACHE_DIR`` or ~/.cache/speclens (read here, once); it is passed on to
+    the model loader, the semantic cache and the speed measurements. Exits when it cannot be a directory."""
+    from engine.models.catalog import CACHE_DIR_ENV, cache_root
+
+    path = os.path.abspath(os.path.expanduser(flag or str(cache_root())))
+    if problem := cache_dir_problem(path):
+        where = "--cache-dir" if flag else f"the cache directory (${CACHE_DIR_ENV}, else ~/.cache/speclens)"
+        sys.exit(f"[speclens] {where} {path}: {problem}")
+    return Path(path)
+
+
 def main(argv: list[str] | None = None) -> None:
+    _no_phoning_home()
     args = parse_args(argv)
-    if args.cache_dir:
-        cache_dir = os.path.abspath(os.path.expanduser(args.cache_dir))
-        if problem := cache_dir_problem(cache_dir):
-            sys.exit(f"[speclens] {problem}")
-        os.environ["SPECLENS_CACHE_DIR"] = cache_dir
-    engine = load_engine(args)
+    cache_dir = choose_cache_dir(args.cache_dir)
+    engine = load_engine(args, cache_dir)
 
     import uvicorn
 
+    from app.baseline import BaselineStore
     from app.context import AppContext
     from app.openai_api import create_server
     from app.ui import build_demo, launch_kwargs
 
-    ctx = AppContext(engine)
+    ctx = AppContext(engine, BaselineStore(cache_dir / "baselines.json"))
     print("[speclens] measuring the target-only speed (once per target and precision)…", flush=True)
     baseline = ctx.ensure_baseline()
     print(f"[speclens] target-only: {baseline['tokens_per_s']:.1f} tok/s ({baseline['how']})", flush=True)

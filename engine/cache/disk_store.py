@@ -7,6 +7,10 @@ loaded) with plain ``sqlite3`` before diskcache opens the directory.
 
 Process safety: every write or delete bumps a counter with ``cache.incr`` *after* the change; a reader
 reloads when the counter moved, so another process's writes show up at its next lookup.
+
+Failures: a corrupt database is moved aside and the store starts empty; a locked, read-only or full one
+(``sqlite3.OperationalError``, ``diskcache.Timeout``, ``OSError``) is :class:`StoreUnavailable`; a malformed
+record is skipped and dropped. Anything else is a bug and propagates.
 """
 from __future__ import annotations
 
@@ -19,11 +23,12 @@ import sqlite3
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 
 import diskcache
 
-from engine.cache.backends import StoreUnavailable
 from engine.cache.records import BadRecord, decode_record
+from engine.cache.store import Change, StoreUnavailable, Token
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +37,9 @@ _VERSION_KEY = "meta:version"
 _PREFIX = "e:"
 _TAG = "entry"
 _MODE_PICKLE = 4  # diskcache.core.MODE_PICKLE
+# the disk or the database cannot be used now: locked (diskcache gives up on a busy lock with Timeout),
+# read-only, full, gone
+_UNAVAILABLE = (sqlite3.OperationalError, diskcache.Timeout, OSError)
 
 
 class _UnsafeKey:
@@ -110,6 +118,8 @@ class DiskStore:
 
     # ---- plumbing ------------------------------------------------------------------------------
     def _open(self) -> diskcache.Cache:
+        """Open the directory; an unreadable one is moved aside and a fresh one made. StoreUnavailable when
+        the database is locked, or the fresh start fails too (a read-only or full disk)."""
         def attempt() -> diskcache.Cache:
             if os.path.isdir(self.directory):
                 quarantine_pickles(self.directory)
@@ -118,12 +128,18 @@ class DiskStore:
             cache.get(_VERSION_KEY)  # touch the database so that corruption shows now
             return cache
         try:
-            return attempt()
-        except (OSError, sqlite3.DatabaseError) as err:
-            if isinstance(err, sqlite3.OperationalError) and "locked" in str(err):
-                raise
-            self._move_aside(err)
-            return attempt()
+            try:
+                return attempt()
+            except (OSError, sqlite3.DatabaseError) as err:
+                if isinstance(err, sqlite3.OperationalError) and "locked" in str(err):
+                    raise
+                self._move_aside(err)
+                return attempt()
+        except _UNAVAILABLE as err:
+            raise self._unavailable(err) from err
+
+    def _unavailable(self, err: BaseException) -> StoreUnavailable:
+        return StoreUnavailable(f"disk cache at {self.directory}: {type(err).__name__}: {err}")
 
     def _move_aside(self, err: BaseException) -> None:
         aside = _aside_path(self.directory)
@@ -146,10 +162,10 @@ class DiskStore:
                     self._move_aside(err)
                     self._cache = self._open()
                     return fn()
-            except (sqlite3.OperationalError, OSError) as err:
-                raise StoreUnavailable(f"disk cache at {self.directory}: {type(err).__name__}: {err}") from err
+            except _UNAVAILABLE as err:
+                raise self._unavailable(err) from err
 
-    def _bump(self, after) -> int | None:
+    def _bump(self, after: Token | None) -> int | None:
         version = self._cache.incr(_VERSION_KEY, default=0)
         return version if after is not None and version == after + 1 else None
 
@@ -165,17 +181,17 @@ class DiskStore:
     def _keys(self) -> list[str]:
         return [k[len(_PREFIX):] for k in self._cache.iterkeys() if isinstance(k, str) and k.startswith(_PREFIX)]
 
-    # ---- the store verbs ---------------------------------------------------------------------------
+    # ---- the store verbs (engine.cache.store.Store) ------------------------------------------------
     def get(self, key: str) -> dict | None:
         return self._call(lambda: self._read(key))
 
-    def put(self, key: str, text: str, ttl_s: float | None, after) -> int | None:
+    def put(self, key: str, text: str, ttl_s: float | None, after: Token | None) -> Token | None:
         def write():
             self._cache.set(_PREFIX + key, text, expire=ttl_s, tag=_TAG)
             return self._bump(after)
         return self._call(write)
 
-    def delete(self, key: str, after) -> tuple[bool, int | None]:
+    def delete(self, key: str, after: Token | None) -> tuple[bool, Token | None]:
         def remove():
             existed = bool(self._cache.delete(_PREFIX + key))
             return existed, self._bump(after)
@@ -187,7 +203,7 @@ class DiskStore:
             self._bump(None)
         self._call(wipe)
 
-    def records(self):
+    def records(self) -> Iterator[tuple[str, dict]]:
         def collect():
             self._cache.expire()
             return [(k, rec) for k in self._keys() if (rec := self._read(k)) is not None]
@@ -199,7 +215,7 @@ class DiskStore:
             return len(self._keys())
         return self._call(count)
 
-    def changes(self, since) -> tuple[int, list | None]:
+    def changes(self, since: Token | None) -> tuple[Token, list[Change] | None]:
         """diskcache keeps no change log: any change means "reload all"."""
         token = self._call(lambda: self._cache.get(_VERSION_KEY, 0))
         return token, ([] if token == since else None)

@@ -29,13 +29,17 @@ class BadRecord(ValueError):
 
 def encode_record(prompt: str, scope: str, answer: str, answer_token_ids, embedding: np.ndarray,
                   created: float, meta: dict | None = None) -> str:
-    """The JSON text of one entry. The embedding travels as base64 of little-endian float32."""
+    """The JSON text of one entry. The embedding travels as base64 of little-endian float32. Raises BadRecord
+    for an entry that :func:`decode_record` would refuse (too long, a negative token id, a non-finite
+    embedding): what no reader accepts is never written."""
     vec = np.asarray(embedding, dtype="<f4").reshape(-1)
     rec = {"schema": SCHEMA, "prompt": prompt, "scope": scope, "answer": answer,
            "answer_token_ids": [int(t) for t in answer_token_ids],
            "embedding": base64.b64encode(vec.tobytes()).decode("ascii"), "created": float(created),
            "meta": {str(k): float(v) for k, v in (meta or {}).items() if isinstance(v, (int, float))}}
-    return json.dumps(rec, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(rec, ensure_ascii=False, separators=(",", ":"))
+    decode_record(text)
+    return text
 
 
 def _need(cond: bool, what: str) -> None:

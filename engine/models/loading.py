@@ -15,13 +15,6 @@ from engine.models import hardware
 from engine.models.int8_weight import quantize_int8_weight
 from engine.errors import IncompatiblePairError, InvalidSettingError, ModelFormatError, UnknownModelError
 
-# bitsandbytes int8 on CPU warns on every matmul; the cast it announces is expected
-warnings.filterwarnings("ignore", message="MatMul8bitLt: inputs will be cast")
-warnings.filterwarnings("ignore", message=".*torch.ao.quantization is deprecated")
-warnings.filterwarnings("ignore", message="For migrations of users")
-warnings.filterwarnings("ignore", message="torch.quantize_per_tensor, torch.quantize_per_channel")
-logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
-
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>")
 GGUF_MAGIC = b"GGUF"
 ALLOW_DOWNLOADS_ENV = "SPECLENS_ALLOW_DOWNLOADS"  # "1": hub ids not in the local cache are downloaded
@@ -40,6 +33,18 @@ class LoadedModel:
     auto_precision: bool = False  # the precision was chosen by ``auto`` for this machine
 
 
+def quiet_library_logs() -> None:
+    """Silence the library warnings that say nothing to a user of this app; called by the command-line
+    entry points (launch.py, the bench), never at import. Calling it again changes nothing."""
+    # bitsandbytes int8 on CPU warns on every matmul; the cast it announces is expected
+    warnings.filterwarnings("ignore", message="MatMul8bitLt: inputs will be cast")
+    # int8-dynamic (the CPU draft) is made with torch.ao.quantization, which announces its deprecation
+    warnings.filterwarnings("ignore", message=".*torch.ao.quantization is deprecated")
+    warnings.filterwarnings("ignore", message="For migrations of users")
+    warnings.filterwarnings("ignore", message="torch.quantize_per_tensor, torch.quantize_per_channel")
+    logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
+
+
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -56,15 +61,16 @@ def resolve_precision(precision: str | None, device: torch.device, role: str = "
     return default_precision(device, role) if precision == AUTO else precision
 
 
-def resolve_source(name: str) -> str:
-    """A directory or hub id that ``from_pretrained`` understands, converting GGUF files on first use."""
+def resolve_source(name: str, cache_dir: Path | None = None) -> str:
+    """A directory or hub id that ``from_pretrained`` understands, converting GGUF files on first use into
+    ``cache_dir`` (default: :func:`engine.models.catalog.cache_root`)."""
     name = name.strip()
     if name in BUILTIN_MODELS:
-        return str(builtin_dir(name))
+        return str(builtin_dir(name, cache_dir))
     path = Path(os.path.expanduser(name))
     if path.is_file() and path.suffix == ".gguf":
         check_gguf_file(path)  # before any conversion starts
-        return str(user_gguf_dir(path))
+        return str(user_gguf_dir(path, cache_dir))
     if path.is_dir() and (path / "config.json").exists():
         return str(path)
     looks_like_hub_id = name.count("/") == 1 and not path.exists() and all(name.split("/"))
@@ -118,8 +124,9 @@ def _quantization_kwargs(precision: str, device: torch.device) -> dict:
 
 
 def load_model(name: str, precision: str | None = None, device: torch.device | None = None,
-               role: str = "target") -> LoadedModel:
-    """Load ``name`` at ``precision`` (see PRECISIONS). Raises UnknownModelError with the built-in names."""
+               role: str = "target", cache_dir: Path | None = None) -> LoadedModel:
+    """Load ``name`` at ``precision`` (see PRECISIONS); converted weights live in ``cache_dir`` (see
+    :func:`resolve_source`). Raises UnknownModelError with the built-in names."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = device or default_device()
@@ -127,7 +134,7 @@ def load_model(name: str, precision: str | None = None, device: torch.device | N
     precision = resolve_precision(precision, device, role)
     if precision == "int8-dynamic" and device.type != "cpu":
         raise InvalidSettingError("int8-dynamic runs on CPU only; use int8 or nf4 (bitsandbytes) on a GPU")
-    source = resolve_source(name)
+    source = resolve_source(name, cache_dir)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, **_quantization_kwargs(precision, device))
@@ -173,16 +180,16 @@ def check_pair(target: LoadedModel, draft: LoadedModel) -> None:
     _check_same_vocab(target.name, target.tokenizer, draft.name, draft.tokenizer)
 
 
-def check_pair_sources(target: str, draft: str) -> None:
+def check_pair_sources(target: str, draft: str, cache_dir: Path | None = None) -> None:
     """The pair check on tokenizers alone, before any weights load: a mismatch fails in about a second."""
-    _check_same_vocab(target, load_tokenizer(target), draft, load_tokenizer(draft))
+    _check_same_vocab(target, load_tokenizer(target, cache_dir), draft, load_tokenizer(draft, cache_dir))
 
 
-def load_tokenizer(name: str):
+def load_tokenizer(name: str, cache_dir: Path | None = None):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(resolve_source(name))
+        return AutoTokenizer.from_pretrained(resolve_source(name, cache_dir))
     except (OSError, ValueError) as err:
         raise UnknownModelError(f"could not load the tokenizer of {name!r}: {str(err).splitlines()[0]}") from err
 

@@ -1,0 +1,58 @@
+"""What the semantic cache asks of the place that keeps its records: the :class:`Store` verbs.
+
+A store keeps JSON records (see :mod:`engine.cache.records`) under entry keys and knows nothing about
+embeddings, scopes or guards; :class:`engine.cache.semantic_cache.SemanticCache` does all that on top of any
+store. Two exist: :class:`engine.cache.disk_store.DiskStore` (a diskcache directory) and
+:class:`engine.cache.redis_store.RedisStore` (a Redis server shared by many app instances);
+:func:`engine.cache.backends.open_store` picks one from a location.
+
+A store raises :class:`StoreUnavailable` when it cannot be reached or written (Redis down, disk read-only or
+full), and skips a malformed record (``get`` gives None); anything else it raises is a bug and propagates.
+"""
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator
+from typing import Protocol, TypeAlias, runtime_checkable
+
+Token: TypeAlias = Hashable
+"""A store's change token: opaque to the cache, compared only for equality (a counter, a stream id)."""
+
+Change: TypeAlias = tuple[str, str]
+"""(op, entry key), op one of "put", "del", "clear"."""
+
+
+class StoreUnavailable(RuntimeError):
+    """The storage cannot be used right now; the message is safe to show (no passwords)."""
+
+
+@runtime_checkable
+class Store(Protocol):
+    """The store verbs. ``after``/``since`` is the token the caller saw last (None: none yet)."""
+
+    location: str
+    """Where the records are, safe to show (passwords masked)."""
+
+    def get(self, key: str) -> dict | None:
+        """A checked record, or None: missing, expired, or malformed (skipped and set aside with a warning)."""
+
+    def put(self, key: str, text: str, ttl_s: float | None, after: Token | None) -> Token | None:
+        """Store the record ``text``. Gives the store's new token when nobody else changed it since ``after``
+        (so the caller need not reload), else None."""
+
+    def delete(self, key: str, after: Token | None) -> tuple[bool, Token | None]:
+        """(whether the entry existed, the new token as for :meth:`put`)."""
+
+    def clear(self) -> None:
+        """Remove every record."""
+
+    def records(self) -> Iterator[tuple[str, dict]]:
+        """Every live, well-formed record as (key, record)."""
+
+    def count(self) -> int:
+        """How many live records there are."""
+
+    def changes(self, since: Token | None) -> tuple[Token, list[Change] | None]:
+        """(the current token, what changed after ``since``); None for the list means "reload all"."""
+
+    def close(self) -> None:
+        """Let go of files and connections."""

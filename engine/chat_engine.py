@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.cache import cached_chat
@@ -61,8 +62,10 @@ class ChatEngine:
     forwards run one step at a time under ``self._lock``, released at every yield; swapping the pair never
     waits for a generation. The app calls only its ``engine.surface.EngineSurface`` methods."""
 
-    def __init__(self, cache: SemanticCache | None = None, paraphrase_judge: bool = True):
+    def __init__(self, cache: SemanticCache | None = None, paraphrase_judge: bool = True,
+                 cache_dir: Path | None = None):
         self.cache = cache
+        self.cache_dir = cache_dir  # converted weights (engine/models/catalog.py); None: catalog.cache_root()
         self.paraphrase_judge = paraphrase_judge  # direct mode: the target judges near-hits (engine/cache/judge.py)
         self._judge_cache: tuple[LoadedModel, LLMJudge | None] | None = None
         self.pair: Pair | None = None
@@ -83,9 +86,9 @@ class ChatEngine:
             new_target = self._reusable(current and current.target, target, target_precision, "target")
             new_draft = self._reusable(current and current.draft, draft, draft_precision, "draft")
             if new_target is None or new_draft is None:
-                check_pair_sources(target, draft)
-            new_target = new_target or load_model(target, target_precision, role="target")
-            new_draft = new_draft or load_model(draft, draft_precision, role="draft")
+                check_pair_sources(target, draft, self.cache_dir)
+            new_target = new_target or load_model(target, target_precision, role="target", cache_dir=self.cache_dir)
+            new_draft = new_draft or load_model(draft, draft_precision, role="draft", cache_dir=self.cache_dir)
             self.use_models(new_target, new_draft)
         return self.info()
 
@@ -215,7 +218,7 @@ class ChatEngine:
         if loaded.precision == "fp32":
             return loaded
         if loaded.name not in self._fp32:
-            self._fp32[loaded.name] = load_model(loaded.name, "fp32", device=loaded.device)
+            self._fp32[loaded.name] = load_model(loaded.name, "fp32", device=loaded.device, cache_dir=self.cache_dir)
         return self._fp32[loaded.name]
 
     def prove_fp32(self, messages: list[dict], sampling: SamplingConfig, spec: SpecConfig) -> Fp32Proof:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from app import toast
 from app.render import esc
-from engine.cache.backends import StoreUnavailable
+from engine.cache.store import StoreUnavailable
 from engine.surface import CacheEntry, CacheInfo, CacheStats, EngineSurface
 
 RECENT = 50

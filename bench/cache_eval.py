@@ -232,11 +232,12 @@ def main(argv: list[str] | None = None) -> int:
         judge = None
         if args.judge:
             from engine.cache.judge import YES_THRESHOLDS, LLMJudge
-            from engine.models.loading import load_model
+            from engine.models.loading import load_model, quiet_library_logs
 
             threshold = args.judge_threshold if args.judge_threshold is not None else YES_THRESHOLDS.get(args.judge)
             if threshold is None:
                 parser.error(f"{args.judge} has no calibrated judge threshold: give --judge-threshold")
+            quiet_library_logs()
             judge = LLMJudge(load_model(args.judge, role="target"), threshold)
         report["pairs"] = evaluate_pairs(load_pairs(args.pairs), load_default_embedder(), args.threshold,
                                          cache_url=args.cache_url, judge=judge)

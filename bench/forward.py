@@ -20,7 +20,7 @@ from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.models.calibrate import forward_costs
 from engine.speed.costmodel import fit_line
 from engine.models.hardware import detect_machine
-from engine.models.loading import load_model
+from engine.models.loading import load_model, quiet_library_logs
 from engine.decode.runner import ModelRunner
 
 
@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
     tokens = [int(n) for n in args.tokens.split(",")]
+    quiet_library_logs()
     machine = detect_machine()
     print(f"machine: {machine.describe()}", flush=True)
     rows = measure([m.strip() for m in args.models.split(",")], [p.strip() for p in args.precisions.split(",")],

@@ -23,6 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
+from engine.models.loading import quiet_library_logs
 from engine.config import CACHE_OFF, DEFAULT_SPEC, PRECISIONS, CacheConfig, SamplingConfig, SpecConfig
 from engine.cache.cached_chat import chat_scope
 from engine.cache.embedder import load_default_embedder
@@ -228,6 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     spec = SpecConfig(adaptive=True) if args.k == "auto" else SpecConfig(k=int(args.k))  # --k for spec/hybrid
     with open(args.prompts) as f:
         prompts = [json.loads(line) for line in f if line.strip()]
+    quiet_library_logs()
     engine = ChatEngine()
     info = engine.load_pair(args.target, args.draft, args.dtype, args.draft_dtype)
     print(f"target {info.target} ({info.target_precision}), draft {info.draft} ({info.draft_precision}), {info.device}")

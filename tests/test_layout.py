@@ -1,0 +1,154 @@
+"""The folders show the layers: no import circles, no package importing one above it, a small engine root,
+and a package list in pyproject.toml that matches the tree (a non-editable install must ship every module)."""
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCES = ("engine", "app", "bench")
+
+# Bottom to top. A module may import its own layer or any layer below it, never one above.
+LAYERS = (
+    "engine.errors",
+    "engine.config",
+    "engine.speed",  # the cost model and the k policy: pure Python
+    "engine.events",
+    "engine.decode",  # the loop, verify, sampling, runner, stream, reference, the Draft/Proposer contract
+    "engine.proposers",
+    "engine.models",  # loading, catalog, hardware, quantised layers, calibration, the chat prompt
+    "engine.cache",
+    "engine.divergence",
+    "engine.surface",  # the Protocol the app calls, and the values it returns
+    "engine.chat_engine",  # ChatEngine: the one implementation of engine.surface
+    "app",
+    "bench",  # command-line tools: they measure the engine and the app
+    "launch",
+)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_modules() -> dict[str, Path]:
+    found = {module_name(p): p for top in SOURCES for p in (REPO / top).rglob("*.py")}
+    found["launch"] = REPO / "launch.py"
+    return found
+
+
+def imports(path: Path, modules: set[str]) -> set[str]:
+    """Project modules imported anywhere in ``path``, lazy imports included (``from a.b import c`` counts as
+    a.b.c when that is a module)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        found |= {n for n in names if n in modules}
+    return found
+
+
+def layer(module: str) -> int:
+    matches = [i for i, prefix in enumerate(LAYERS) if module == prefix or module.startswith(prefix + ".")]
+    assert matches, f"{module} is in no layer: add it to LAYERS"
+    return max(matches)
+
+
+def graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    return {m: imports(p, set(modules)) - {m} for m, p in modules.items()}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circles():
+    assert cycles(graph()) == []
+
+
+def test_no_package_imports_one_above_it():
+    wrong = [f"{m} -> {d}" for m, deps in graph().items() for d in deps if layer(d) > layer(m)]
+    assert wrong == []
+
+
+def test_engine_root_is_small_and_app_stays_out_of_engine():
+    root = sorted(p.name for p in (REPO / "engine").glob("*.py"))
+    assert len(root) <= 8, root
+    edges = graph()
+    assert not [m for m, deps in edges.items() if m.startswith("engine") and any(d.startswith(("app", "bench"))
+                                                                                  for d in deps)]
+
+
+def test_pyproject_lists_every_package():
+    """setuptools installs only the listed packages: a missing one works editable and breaks a real install."""
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {module_name(p) for top in SOURCES for p in (REPO / top).rglob("__init__.py")}
+    assert listed == on_disk
+    for top in SOURCES:
+        for folder in (REPO / top).rglob("*"):
+            if folder.is_dir() and folder.name != "__pycache__" and any(folder.glob("*.py")):
+                assert (folder / "__init__.py").exists(), f"{folder} has modules but no __init__.py"
+
+
+_IMPORT_ALL = """
+import importlib, sys
+target = sys.argv[1]
+outside = [m for m in sys.argv[2:] if not importlib.import_module(m).__file__.startswith(target)]
+assert not outside, f"not installed, imported from the source tree instead: {outside}"
+"""
+
+
+@pytest.mark.real  # builds a wheel: slow for the fast tier
+def test_a_non_editable_install_ships_every_module(tmp_path):
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(REPO)],
+                   check=True, capture_output=True, text=True)
+    modules = sorted(m for m in project_modules() if m != "launch")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    result = subprocess.run([sys.executable, "-c", _IMPORT_ALL, str(site), *modules], cwd=tmp_path, env=env,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]

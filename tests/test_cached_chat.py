@@ -15,10 +15,8 @@ SPEC = SpecConfig(k=4)
 
 
 @pytest.fixture(scope="module")
-def loaded():
-    engine = ChatEngine()
-    engine.load_pair(SMOL, SMOL, "fp32", "bf16")
-    return engine.target, engine.draft
+def loaded(real_models):
+    return real_models.model(SMOL, "fp32"), real_models.model(SMOL, "bf16")
 
 
 @pytest.fixture

@@ -72,11 +72,10 @@ def test_verify_mode_never_asks_the_judge(tmp_path):
 
 
 @pytest.mark.real
-def test_the_reused_prompt_prefix_gives_the_same_probability_as_a_fresh_forward():
+def test_the_reused_prompt_prefix_gives_the_same_probability_as_a_fresh_forward(real_models):
     from engine.cache.judge import LLMJudge
-    from engine.models.loading import load_model
 
-    loaded = load_model("smollm2-135m-instruct", "fp32")
+    loaded = real_models.model("smollm2-135m-instruct", "fp32")
     warm = LLMJudge(loaded, threshold=0.5)
     first = warm.probability(*SYNONYMS)
     second = warm.probability(*NUMBERS)  # rolls back to the shared prefix, then prefills only the new pair

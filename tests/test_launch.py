@@ -17,6 +17,7 @@ def run_launch(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
+@pytest.mark.real  # a launch.py process
 def test_cache_dir_that_is_a_file_ends_with_a_message_not_a_traceback(tmp_path):
     not_a_dir = tmp_path / "cache.txt"
     not_a_dir.write_text("I am a file")

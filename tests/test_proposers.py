@@ -1,4 +1,6 @@
 """Every proposer keeps the loop lossless: greedy equality and the sampling distribution (tiny fp32 models)."""
+import random
+
 import pytest
 import torch
 
@@ -17,6 +19,53 @@ def test_ngram_lookup_continues_the_latest_longest_match():
     assert ngram_lookup(context, 2) == [7, 8]  # latest earlier "1 2 3" is followed by 7 8
     assert ngram_lookup([4, 5, 6], 3) == []
     assert ngram_lookup([1, 2, 3, 4], 3, source=[0, 3, 4, 5, 6, 7]) == [5, 6, 7]
+
+
+def brute_force_lookup(context, k, max_ngram=4, min_ngram=2, source=None):
+    """The definition, searched directly: longest n first, then the latest occurrence with a token after it."""
+    own = source is None
+    source = context if own else source
+    for n in range(min(max_ngram, len(context) - 1), min_ngram - 1, -1):
+        pattern = context[-n:]
+        last_start = len(source) - n - 1 if own else len(source) - n
+        for start in range(last_start, -1, -1):
+            if source[start:start + n] == pattern and source[start + n:start + n + k]:
+                return source[start + n:start + n + k]
+    return []
+
+
+@pytest.mark.parametrize("context, k, ngrams, source, expected", [
+    ([], 3, (4, 2), None, []),  # empty
+    ([1], 3, (4, 1), None, []),  # too short: the suffix n-gram is never the whole context
+    ([1, 2], 3, (4, 2), None, []),  # too short for a 2-gram with something before it
+    ([1, 2, 3, 4, 5], 3, (4, 2), None, []),  # no match
+    ([1, 2, 3, 9, 1, 2], 3, (4, 2), None, [3, 9, 1]),  # match at the very start
+    ([1, 2, 3, 9, 1, 2], 0, (4, 2), None, []),  # k = 0
+    ([7, 7, 7, 7, 7], 3, (4, 2), None, [7]),  # overlapping matches: the 4-gram at 0 leaves one token
+    ([1, 2, 1, 2, 1, 2], 4, (3, 2), None, [1, 2]),  # overlapping: "2 1 2" latest at 1
+    ([5, 1, 2, 6, 1, 2, 7, 1, 2], 2, (4, 2), None, [7, 1]),  # latest of equal length
+    ([3, 1, 2, 6, 9, 1, 2, 8, 3, 1, 2], 2, (4, 2), None, [6, 9]),  # longer beats later
+    ([1, 2, 3], 2, (4, 2), [9, 2, 3], []),  # the only match ends the source: nothing to propose
+    ([1, 2, 3], 2, (4, 2), [2, 3, 5, 2, 3], [5, 2]),  # so an earlier one counts
+    ([1, 2, 3], 2, (4, 2), [], []),  # empty source
+    ([8, 2, 3], 2, (4, 2), [2, 3, 4], [4]),  # source match at its very start
+])
+def test_ngram_lookup_edge_cases(context, k, ngrams, source, expected):
+    max_ngram, min_ngram = ngrams
+    assert ngram_lookup(context, k, max_ngram, min_ngram, source) == expected
+    assert brute_force_lookup(context, k, max_ngram, min_ngram, source) == expected
+
+
+def test_ngram_lookup_equals_brute_force_on_random_sequences():
+    rng = random.Random(0)
+    for _ in range(4000):
+        vocab = rng.randint(1, 6)  # small vocabularies: many, overlapping matches
+        context = [rng.randrange(vocab) for _ in range(rng.randint(0, 40))]
+        source = None if rng.random() < 0.5 else [rng.randrange(vocab) for _ in range(rng.randint(0, 40))]
+        k, max_ngram = rng.randint(0, 8), rng.randint(1, 6)
+        min_ngram = rng.randint(1, max_ngram)
+        args = (context, k, max_ngram, min_ngram, source)
+        assert ngram_lookup(*args) == brute_force_lookup(*args), args
 
 
 def test_cached_answer_proposer_follows_then_realigns_after_a_correction():

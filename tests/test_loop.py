@@ -1,11 +1,12 @@
 """The speculative loop against the reference decoder, on tiny random fp32 models."""
+import itertools
 import threading
 
 import pytest
 import torch
 
 from engine.config import SamplingConfig
-from engine.speed.kpolicy import FixedK
+from engine.speed.kpolicy import FixedK, KChoice
 from engine.models.loading import wrap_model
 from engine.proposers.draft_model import DraftModelProposer
 from engine.decode.reference import reference_generate
@@ -58,6 +59,34 @@ def test_kv_caches_hold_exactly_the_consumed_tokens_after_every_step():
             assert t_cache.tokens == context[:-1]
             assert d_cache.cache_len() == len(d_cache.tokens)
     assert len(emitted) == 50
+
+
+class ScriptedK:
+    """A k policy that plays back fixed choices, over and over."""
+
+    def __init__(self, choices):
+        self.choices = itertools.cycle(choices)
+        self.costs = None
+
+    def choose(self):
+        return next(self.choices)
+
+    def free_limit(self):
+        return None
+
+    def update(self, n_accepted, n_proposed, draft_s, verify_s, n_fed, n_free=0):
+        pass
+
+
+def test_stats_report_each_steps_fallback_decision():
+    target, draft = tiny_pair(0)
+    script = [KChoice(0, fallback=True), KChoice(0, fallback=True), KChoice(1, fallback=True), KChoice(3)] * 3
+    events = run(speculative_generate(cached(target), DraftModelProposer(cached(draft)), [3, 4, 5],
+                                      TokenStream(target.tokenizer, target.eos_ids, 40, False),
+                                      SamplingConfig(max_new_tokens=40, stop_on_eos=False),
+                                      k_policy=ScriptedK(script)))
+    stats = [e for e in events if e.type == "stats"][:len(script)]
+    assert [(s.k, s.fallback) for s in stats] == [(c.k, c.fallback) for c in script]
 
 
 def test_stops_at_eos_like_the_reference():

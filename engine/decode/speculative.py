@@ -34,7 +34,8 @@ def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: li
         budget = stream.remaining - 1  # draft tokens beyond this could never be emitted
         # 1. propose (k = 0 asks only for free drafts, e.g. a prompt lookup; a model proposer returns none)
         t0 = time.perf_counter()
-        draft = proposer.propose(context, min(k_policy.next_k(), budget))
+        choice = k_policy.choose()
+        draft = proposer.propose(context, min(choice.k, budget))
         free = draft.q_probs is None  # one-hot drafts cost nothing to make, but widen the verify forward
         limit = k_policy.free_limit() if free else None
         draft = draft.truncate(budget if limit is None else min(budget, limit))
@@ -54,7 +55,7 @@ def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: li
                         n_free=free_draft)
         stats.draft_s += t1 - t0
         stats.verify_s += t2 - t1
-        stats.fallback = k_policy.fallback
+        stats.fallback = choice.fallback
         stats.costs = k_policy.costs
         stats.record_step(len(draft), verdict.n_accepted)
         # 5. emit

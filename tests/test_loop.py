@@ -5,15 +5,17 @@ import threading
 import pytest
 import torch
 
-from engine.config import SamplingConfig
-from engine.speed.kpolicy import FixedK, KChoice
+from engine.config import PROPOSER_NAMES, SamplingConfig
+from engine.speed.kpolicy import AdaptiveK, FixedK, KChoice
 from engine.models.loading import wrap_model
+from engine.proposers import PROPOSERS
 from engine.proposers.draft_model import DraftModelProposer
 from engine.decode.reference import reference_generate
+from engine.decode.runner import common_prefix
 from engine.decode.speculative import speculative_generate
 from engine.decode.stream import TokenStream
-from tests.tiny import (ByteTokenizer, cached, exact_sequence_probs, reference_done, run, sequence_distribution,
-                        speculative_done, tiny_model, tiny_pair, total_variation)
+from tests.tiny import (ByteTokenizer, DraftRunners, cached, exact_sequence_probs, reference_done, run,
+                        sequence_distribution, speculative_done, tiny_model, tiny_pair, total_variation)
 
 
 def spec_tokens(target, draft, prompt, sampling, k):
@@ -43,21 +45,29 @@ def test_draft_both_accepted_and_corrected_in_tiny_pair():
     assert 0.1 < done.stats.acceptance_rate < 0.95
 
 
-def test_kv_caches_hold_exactly_the_consumed_tokens_after_every_step():
+@pytest.mark.parametrize("name", PROPOSER_NAMES)
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_kv_caches_hold_exactly_the_consumed_tokens_after_every_step(name, adaptive):
+    """After every step the target's cache holds exactly the position the loop continues from (all but the
+    last emitted token), and a draft runner holds the context plus at most k - 1 drafted tokens."""
     target, draft = tiny_pair(1)
-    t_cache, d_cache = cached(target), cached(draft)
-    prompt = [7, 8, 9, 10]
-    stream = TokenStream(target.tokenizer, target.eos_ids, 50, False)
+    t_cache, runners = cached(target), DraftRunners(draft)
+    prompt = [7, 8, 9, 10, 7, 8, 9]
+    k_max = 6
+    policy = AdaptiveK(k_init=3, k_max=k_max) if adaptive else FixedK(k_max)
     emitted = []
-    for event in speculative_generate(t_cache, DraftModelProposer(d_cache), prompt, stream,
-                                      SamplingConfig(max_new_tokens=50, stop_on_eos=False), k_policy=FixedK(3)):
+    for event in speculative_generate(t_cache, PROPOSERS[name](runners), prompt,
+                                      TokenStream(target.tokenizer, target.eos_ids, 50, False),
+                                      SamplingConfig(max_new_tokens=50, stop_on_eos=False), k_policy=policy):
         if event.type == "token":
             emitted.append(event.token_id)
         if event.type == "stats":
             context = prompt + emitted
             assert t_cache.cache_len() == len(t_cache.tokens) == len(context) - 1
             assert t_cache.tokens == context[:-1]
-            assert d_cache.cache_len() == len(d_cache.tokens)
+            for runner in runners.made:
+                assert runner.cache_len() == len(runner.tokens)
+                assert len(runner.tokens) - common_prefix(runner.tokens, context) <= k_max - 1
     assert len(emitted) == 50
 
 

@@ -8,10 +8,10 @@ import torch
 from engine.config import PROPOSER_NAMES, SamplingConfig
 from engine.speed.kpolicy import AdaptiveK, FixedK, KChoice
 from engine.models.loading import wrap_model
-from engine.proposers import PROPOSERS
+from engine.proposers import PROPOSERS, draft_model
 from engine.proposers.draft_model import DraftModelProposer
 from engine.decode.reference import reference_generate
-from engine.decode.runner import common_prefix
+from engine.decode.runner import ModelRunner, common_prefix
 from engine.decode.speculative import speculative_generate
 from engine.decode.stream import TokenStream
 from tests.tiny import (ByteTokenizer, DraftRunners, cached, exact_sequence_probs, reference_done, run,
@@ -69,6 +69,21 @@ def test_kv_caches_hold_exactly_the_consumed_tokens_after_every_step(name, adapt
                 assert runner.cache_len() == len(runner.tokens)
                 assert len(runner.tokens) - common_prefix(runner.tokens, context) <= k_max - 1
     assert len(emitted) == 50
+
+
+def test_no_step_rescans_the_context(monkeypatch):
+    """Positions are tracked, not searched: one prefix scan per runner per generation (a runner may be
+    reused), and the draft model compares only the tokens it drafted."""
+    scans, compared = [], []
+    reusable_prefix = ModelRunner.reusable_prefix
+    monkeypatch.setattr(ModelRunner, "reusable_prefix",
+                        lambda self, ids: scans.append(len(ids)) or reusable_prefix(self, ids))
+    monkeypatch.setattr(draft_model, "common_prefix", lambda a, b: compared.append(len(b)) or common_prefix(a, b))
+    target, draft = tiny_pair(1)
+    done = spec_tokens(target, draft, [7, 8, 9, 10], SamplingConfig(max_new_tokens=60, stop_on_eos=False), 4)
+    assert len(done.token_ids) == 60 and done.stats.steps > 10
+    assert len(scans) == 2  # the target's and the draft's runner, once each
+    assert len(compared) >= done.stats.steps - 1 and max(compared) <= 3  # (the last step may have no room)
 
 
 class ScriptedK:

@@ -103,11 +103,11 @@ def run_cache_verify(engine: ChatEngine, messages, sampling, spec, item) -> dict
 
 MODES: dict[str, Callable] = {
     "target": run_target,
-    "spec": speculative_mode(lambda s: replace(s, proposer="draft")),  # adaptive only with --k auto
+    "spec": speculative_mode(lambda s: replace(s, proposer="draft")),  # adaptive k only with --k auto
     "hf-assisted": run_hf_assisted,
     "lookup": speculative_mode(lambda s: replace(s, proposer="lookup", adaptive=False, k=max(s.k, 16))),
     "hybrid": speculative_mode(lambda s: replace(s, proposer="hybrid")),
-    "adaptive": speculative_mode(lambda s: replace(s, proposer="draft", adaptive=True)),
+    "adaptive": speculative_mode(lambda s: replace(s, proposer="fast-draft", adaptive=True)),
     "default": speculative_mode(lambda s: DEFAULT_SPEC),  # exactly what the app does by default
     "cache-verify": run_cache_verify,
 }

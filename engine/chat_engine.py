@@ -185,7 +185,7 @@ class ChatEngine:
         if hit.outcome in ("exact", "cached"):
             yield from self._counted(cached_chat.serve(hit, stream, self.cache), prompt_ids)
             return
-        proposer = PROPOSERS[spec.proposer](self._runner(pair.draft), spec.adaptive)
+        proposer = PROPOSERS[spec.proposer](lambda: self._runner(pair.draft))  # only model drafts make one
         if hit.outcome == "verified":  # the cached answer becomes the draft; the target has the last word
             proposer = CachedAnswerProposer(list(hit.answer_token_ids), fallback=proposer)
         decoder = speculative_generate(self._runner(pair.target), proposer, prompt_ids, stream, sampling,

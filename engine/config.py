@@ -20,8 +20,8 @@ PRECISIONS = (AUTO, "bf16", "fp32", "int8", "nf4", "int8-dynamic", "int8-weight"
 MAX_K = 64
 MAX_NEW_TOKENS = 8192
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit integer
-# engine/proposers/__init__.py asserts that its registry has exactly these keys
-PROPOSER_NAMES = ("draft", "lookup", "hybrid")
+# engine/proposers/__init__.py asserts that its registry has exactly these keys (it says which draft each uses)
+PROPOSER_NAMES = ("draft", "fast-draft", "lookup", "hybrid")
 # off: no lookup, no store; verify: a similar cached answer becomes the draft; direct: served as is if guards pass
 CACHE_MODES = ("off", "verify", "direct")
 DEFAULT_CACHE_THRESHOLD = 0.80  # MiniLM: paraphrases sit at 0.81-0.99; unrelated prompts mostly below 0.75
@@ -115,7 +115,7 @@ CACHE_OFF = CacheConfig(mode="off")
 DEFAULT_SAMPLING = SamplingConfig()
 DEFAULT_CACHE = CacheConfig()
 
-# What the app does by default: prompt lookup when the text repeats, the draft model otherwise, adaptive k.
+# What the app does by default: prompt lookup when the text repeats, the fast draft otherwise, adaptive k.
 DEFAULT_SPEC = SpecConfig(k=4, proposer="hybrid", adaptive=True)
 
 

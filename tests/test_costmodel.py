@@ -3,7 +3,7 @@ import pytest
 
 from engine.speed.costmodel import CostFit, StepCosts, expected_tokens, fit_line
 from engine.models.hardware import AUTO_PRECISION, MACHINE_KINDS, auto_precision, classify, describe_choice
-from engine.speed.kpolicy import AdaptiveK, FixedK
+from engine.speed.kpolicy import AdaptiveK, FixedK, KChoice
 
 ZEN4 = frozenset({"avx2", "avx512f", "avx512_bf16", "avx512_vnni"})
 SAPPHIRE_RAPIDS = ZEN4 | {"amx_bf16", "amx_tile", "amx_int8"}
@@ -16,7 +16,7 @@ def run_policy(policy, accept, draft_s_per_token: float, verify, steps: int = 40
     policy.update(0, 4, draft_s=9.0, verify_s=9.0, n_fed=40)  # the first step includes the prefill: ignored
     ks = []
     for _ in range(steps):
-        k = policy.next_k()
+        k = policy.choose().k
         ks.append(k)
         policy.update(accept(k), k, draft_s=draft_s_per_token * k, verify_s=verify(k + 1), n_fed=k + 1)
     return ks
@@ -58,15 +58,24 @@ def test_low_acceptance_falls_back_to_target_steps_with_probes():
     losing.update(0, 4, 9.0, 9.0, n_fed=40)
     for _ in range(10):
         losing.update(0, 4, draft_s=0.4, verify_s=0.2, n_fed=5)  # expensive draft, always wrong
-    ks = [losing.next_k() for _ in range(6)]
-    assert losing.fallback and ks.count(0) >= 4 and max(ks) > 0
+    choices = [losing.choose() for _ in range(6)]
+    ks = [c.k for c in choices]
+    assert ks.count(0) >= 4 and max(ks) > 0
+    assert all(c.fallback for c in choices)  # the probes between plain target steps too
+
+
+def test_choices_say_fallback_only_when_speculation_loses():
+    winning = AdaptiveK(k_init=4, prior=StepCosts(0.2, 0.0, 0.005))
+    choice = winning.choose()
+    assert choice.k > 0 and not choice.fallback
+    assert FixedK(3).choose() == KChoice(3, fallback=False)
 
 
 def test_prior_alone_decides_before_any_step():
     flat = AdaptiveK(k_init=4, k_max=16, prior=StepCosts(0.2, 0.0, 0.005))
     steep = AdaptiveK(k_init=4, k_max=16, prior=StepCosts(0.03, 0.1, 0.005))
     flat.accepted, steep.accepted = 50.0, 50.0  # as if the draft had been right 50 times in a row
-    assert flat.next_k() > steep.next_k() >= 1
+    assert flat.choose().k > steep.choose().k >= 1
 
 
 def test_prior_keeps_the_slope_when_k_never_moves():
@@ -84,7 +93,7 @@ def test_fixed_k_reports_costs_but_keeps_k():
     assert policy.costs is None
     policy.update(3, 3, 9.0, 9.0, n_fed=30)
     policy.update(3, 3, 0.03, 0.4, n_fed=4)
-    assert policy.next_k() == 3 and policy.costs.draft_per_token_s == pytest.approx(0.01)
+    assert policy.choose().k == 3 and policy.costs.draft_per_token_s == pytest.approx(0.01)
 
 
 def test_step_costs_speedup_and_best_k():

@@ -1,18 +1,21 @@
 """The speculative loop against the reference decoder, on tiny random fp32 models."""
+import itertools
 import threading
 
 import pytest
 import torch
 
-from engine.config import SamplingConfig
-from engine.speed.kpolicy import FixedK
+from engine.config import PROPOSER_NAMES, SamplingConfig
+from engine.speed.kpolicy import AdaptiveK, FixedK, KChoice
 from engine.models.loading import wrap_model
+from engine.proposers import PROPOSERS, draft_model
 from engine.proposers.draft_model import DraftModelProposer
 from engine.decode.reference import reference_generate
+from engine.decode.runner import ModelRunner, common_prefix
 from engine.decode.speculative import speculative_generate
 from engine.decode.stream import TokenStream
-from tests.tiny import (ByteTokenizer, cached, exact_sequence_probs, reference_done, run, sequence_distribution,
-                        speculative_done, tiny_model, tiny_pair, total_variation)
+from tests.tiny import (ByteTokenizer, DraftRunners, cached, exact_sequence_probs, reference_done, run,
+                        sequence_distribution, speculative_done, tiny_model, tiny_pair, total_variation)
 
 
 def spec_tokens(target, draft, prompt, sampling, k):
@@ -42,22 +45,73 @@ def test_draft_both_accepted_and_corrected_in_tiny_pair():
     assert 0.1 < done.stats.acceptance_rate < 0.95
 
 
-def test_kv_caches_hold_exactly_the_consumed_tokens_after_every_step():
+@pytest.mark.parametrize("name", PROPOSER_NAMES)
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_kv_caches_hold_exactly_the_consumed_tokens_after_every_step(name, adaptive):
+    """After every step the target's cache holds exactly the position the loop continues from (all but the
+    last emitted token), and a draft runner holds the context plus at most k - 1 drafted tokens."""
     target, draft = tiny_pair(1)
-    t_cache, d_cache = cached(target), cached(draft)
-    prompt = [7, 8, 9, 10]
-    stream = TokenStream(target.tokenizer, target.eos_ids, 50, False)
+    t_cache, runners = cached(target), DraftRunners(draft)
+    prompt = [7, 8, 9, 10, 7, 8, 9]
+    k_max = 6
+    policy = AdaptiveK(k_init=3, k_max=k_max) if adaptive else FixedK(k_max)
     emitted = []
-    for event in speculative_generate(t_cache, DraftModelProposer(d_cache), prompt, stream,
-                                      SamplingConfig(max_new_tokens=50, stop_on_eos=False), k_policy=FixedK(3)):
+    for event in speculative_generate(t_cache, PROPOSERS[name](runners), prompt,
+                                      TokenStream(target.tokenizer, target.eos_ids, 50, False),
+                                      SamplingConfig(max_new_tokens=50, stop_on_eos=False), k_policy=policy):
         if event.type == "token":
             emitted.append(event.token_id)
         if event.type == "stats":
             context = prompt + emitted
             assert t_cache.cache_len() == len(t_cache.tokens) == len(context) - 1
             assert t_cache.tokens == context[:-1]
-            assert d_cache.cache_len() == len(d_cache.tokens)
+            for runner in runners.made:
+                assert runner.cache_len() == len(runner.tokens)
+                assert len(runner.tokens) - common_prefix(runner.tokens, context) <= k_max - 1
     assert len(emitted) == 50
+
+
+def test_no_step_rescans_the_context(monkeypatch):
+    """Positions are tracked, not searched: one prefix scan per runner per generation (a runner may be
+    reused), and the draft model compares only the tokens it drafted."""
+    scans, compared = [], []
+    reusable_prefix = ModelRunner.reusable_prefix
+    monkeypatch.setattr(ModelRunner, "reusable_prefix",
+                        lambda self, ids: scans.append(len(ids)) or reusable_prefix(self, ids))
+    monkeypatch.setattr(draft_model, "common_prefix", lambda a, b: compared.append(len(b)) or common_prefix(a, b))
+    target, draft = tiny_pair(1)
+    done = spec_tokens(target, draft, [7, 8, 9, 10], SamplingConfig(max_new_tokens=60, stop_on_eos=False), 4)
+    assert len(done.token_ids) == 60 and done.stats.steps > 10
+    assert len(scans) == 2  # the target's and the draft's runner, once each
+    assert len(compared) >= done.stats.steps - 1 and max(compared) <= 3  # (the last step may have no room)
+
+
+class ScriptedK:
+    """A k policy that plays back fixed choices, over and over."""
+
+    def __init__(self, choices):
+        self.choices = itertools.cycle(choices)
+        self.costs = None
+
+    def choose(self):
+        return next(self.choices)
+
+    def free_limit(self):
+        return None
+
+    def update(self, n_accepted, n_proposed, draft_s, verify_s, n_fed, n_free=0):
+        pass
+
+
+def test_stats_report_each_steps_fallback_decision():
+    target, draft = tiny_pair(0)
+    script = [KChoice(0, fallback=True), KChoice(0, fallback=True), KChoice(1, fallback=True), KChoice(3)] * 3
+    events = run(speculative_generate(cached(target), DraftModelProposer(cached(draft)), [3, 4, 5],
+                                      TokenStream(target.tokenizer, target.eos_ids, 40, False),
+                                      SamplingConfig(max_new_tokens=40, stop_on_eos=False),
+                                      k_policy=ScriptedK(script)))
+    stats = [e for e in events if e.type == "stats"][:len(script)]
+    assert [(s.k, s.fallback) for s in stats] == [(c.k, c.fallback) for c in script]
 
 
 def test_stops_at_eos_like_the_reference():

@@ -67,6 +67,17 @@ def cached(loaded) -> ModelRunner:
     return ModelRunner(loaded.model, loaded.vocab_size)
 
 
+class DraftRunners:
+    """A registry ``make_draft`` (engine/proposers): a fresh runner of ``draft`` per call, all kept in ``made``."""
+
+    def __init__(self, draft):
+        self.draft, self.made = draft, []
+
+    def __call__(self) -> ModelRunner:
+        self.made.append(cached(self.draft))
+        return self.made[-1]
+
+
 def run(gen) -> list:
     """Every event of a generation; it must end with a DoneEvent."""
     events = list(gen)

@@ -38,4 +38,5 @@ class Proposer(Protocol):
         """Start a new generation for this prompt."""
 
     def propose(self, context_ids: list[int], k: int) -> Draft:
-        """Up to ``k`` tokens that may follow ``context_ids`` (prompt + everything emitted so far)."""
+        """Up to ``k`` tokens that may follow ``context_ids`` (prompt + everything emitted so far). Within one
+        generation each call's context extends the previous call's: the loop only appends."""

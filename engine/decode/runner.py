@@ -1,8 +1,9 @@
 """A model plus its KV cache, with the one place where cache state changes.
 
 Invariant (checked in tests): ``cache length == len(tokens)``, i.e. the cache holds exactly the tokens this
-model has consumed. ``rollback`` is the one call that drops cached tokens (``reusable_prefix`` says how
-many stay valid); ``forward`` feeds new tokens. Positions follow from the cache length.
+model has consumed. ``rollback`` is the one call that drops cached tokens; ``forward`` feeds new tokens.
+Positions follow from the cache length: callers track it (the loop's ``pos``, gpt-fast's ``input_pos``) and
+never rescan their context per step; ``reusable_prefix`` is for a runner reused across requests, once each.
 """
 from __future__ import annotations
 
@@ -49,7 +50,8 @@ class ModelRunner:
             del self.tokens[n_tokens:]
 
     def reusable_prefix(self, context_ids: list[int]) -> int:
-        """How many consumed tokens are still valid for ``context_ids``. Changes nothing.
+        """How many consumed tokens are still valid for ``context_ids``. Changes nothing. O(context): once per
+        request (a reused runner), not per step.
 
         Never the whole context: the last context token must be fed again, its logits predict what comes next.
         """

@@ -30,31 +30,36 @@ def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: li
     proposer.reset(prompt_ids, sampling, generator)
     stats = StatsTracker(proposer=proposer.name)
     context = list(prompt_ids)
+    # pos: how many context tokens the target's cache holds (gpt-fast's input_pos). A runner reused from an
+    # earlier generation keeps what still fits the prompt; from then on the cache holds context[:pos].
+    pos = target.reusable_prefix(context)
+    target.rollback(pos)
     while not stream.finished(cancel):
         budget = stream.remaining - 1  # draft tokens beyond this could never be emitted
         # 1. propose (k = 0 asks only for free drafts, e.g. a prompt lookup; a model proposer returns none)
         t0 = time.perf_counter()
-        draft = proposer.propose(context, min(k_policy.next_k(), budget))
+        choice = k_policy.choose()
+        draft = proposer.propose(context, min(choice.k, budget))
         free = draft.q_probs is None  # one-hot drafts cost nothing to make, but widen the verify forward
         limit = k_policy.free_limit() if free else None
         draft = draft.truncate(budget if limit is None else min(budget, limit))
         t1 = time.perf_counter()
         # 2. verify: one target forward over [tokens the target has not seen, *draft]
-        target.rollback(target.reusable_prefix(context))
-        feed = context[len(target.tokens):]
+        feed = context[pos:]
         logits = target.forward(feed + draft.tokens, n_logits=len(draft) + 1)  # (k+1, vocab)
         p_target = logits_to_probs(logits, sampling)
         # 3. accept
         verdict = _verify(p_target, draft, sampling, generator)
         t2 = time.perf_counter()
         # 4. roll back the target to the accepted prefix (the new token is fed next step)
-        target.rollback(len(context) + verdict.n_accepted)
+        pos = len(context) + verdict.n_accepted
+        target.rollback(pos)
         model_draft, free_draft = (0, len(draft)) if free else (len(draft), 0)
         k_policy.update(verdict.n_accepted, model_draft, t1 - t0, t2 - t1, n_fed=len(feed) + len(draft),
                         n_free=free_draft)
         stats.draft_s += t1 - t0
         stats.verify_s += t2 - t1
-        stats.fallback = k_policy.fallback
+        stats.fallback = choice.fallback
         stats.costs = k_policy.costs
         stats.record_step(len(draft), verdict.n_accepted)
         # 5. emit

@@ -1,34 +1,63 @@
-"""Proposer registry: name -> factory. Siblings, not subclasses."""
+"""Proposer registry: name -> factory. Siblings, not subclasses.
+
+A factory gets ``make_draft``, which loads nothing itself: it makes the draft model's runner (a fresh KV
+cache) when called, and only the entries that draft with the model call it. Which draft each entry uses:
+
+- ``draft``: the draft model as in the papers, k tokens with the full output head;
+- ``fast-draft``: the draft model with the confidence cut-off and the trimmed output head;
+- ``lookup``: prompt lookup (n-grams of the prompt and the answer), no draft model;
+- ``hybrid``: prompt lookup when the text repeats, the fast draft otherwise (the app's default).
+"""
+from collections.abc import Callable
+
 from engine.config import PROPOSER_NAMES
 from engine.decode.draft import EMPTY_DRAFT, Draft, Proposer
+from engine.decode.runner import ModelRunner
 from engine.proposers.draft_model import DraftModelProposer
 from engine.proposers.hybrid import HybridProposer
 from engine.proposers.ngram import NgramProposer
 
 # Drafting one more token pays while P(all drafted so far are right) beats the draft/target cost ratio,
-# which is about 0.2-0.4 for a 3x smaller draft on CPU; below this the adaptive modes stop drafting early.
+# which is about 0.2-0.4 for a 3x smaller draft on CPU; below this the fast draft stops drafting early.
 CONFIDENCE_CUTOFF = 0.25
 
-# The draft model's output head keeps the most frequent token ids (lowest BPE ranks) plus the prompt's.
+# The fast draft's output head keeps the most frequent token ids (lowest BPE ranks) plus the prompt's.
 HEAD_TOKENS = 32768
 
-
-def _draft_model(draft, adaptive: bool) -> DraftModelProposer:
-    """Adaptive mode adds the confidence cut-off and the trimmed head; plain mode is the textbook draft."""
-    if adaptive:
-        return DraftModelProposer(draft, min_confidence=CONFIDENCE_CUTOFF, head_tokens=HEAD_TOKENS)
-    return DraftModelProposer(draft)
+DraftRunnerMaker = Callable[[], ModelRunner]  # makes the draft model's runner; called only by model drafts
+ProposerFactory = Callable[[DraftRunnerMaker], Proposer]
 
 
-PROPOSERS = {  # factory(draft runner, adaptive) -> proposer
-    "draft": _draft_model,
-    "lookup": lambda draft, adaptive: NgramProposer(),
-    # in the hybrid a lookup replaces the draft model, so it needs a longer (more specific) match
-    "hybrid": lambda draft, adaptive: HybridProposer(NgramProposer(max_ngram=5, min_ngram=3),
-                                                     _draft_model(draft, adaptive)),
+def textbook_draft(make_draft: DraftRunnerMaker) -> DraftModelProposer:
+    """The draft model drafts k tokens with its full output head."""
+    return DraftModelProposer(make_draft())
+
+
+def fast_draft(make_draft: DraftRunnerMaker) -> DraftModelProposer:
+    """The draft model stops early below CONFIDENCE_CUTOFF and computes logits only for HEAD_TOKENS ids plus
+    the prompt's."""
+    return DraftModelProposer(make_draft(), min_confidence=CONFIDENCE_CUTOFF, head_tokens=HEAD_TOKENS)
+
+
+def prompt_lookup(make_draft: DraftRunnerMaker) -> NgramProposer:
+    """No draft model: ``make_draft`` is never called."""
+    return NgramProposer()
+
+
+def hybrid(make_draft: DraftRunnerMaker) -> HybridProposer:
+    """Prompt lookup, else the fast draft. Here a lookup replaces the draft model, so it needs a longer (more
+    specific) match than the plain lookup."""
+    return HybridProposer(NgramProposer(max_ngram=5, min_ngram=3), fast_draft(make_draft))
+
+
+PROPOSERS: dict[str, ProposerFactory] = {
+    "draft": textbook_draft,
+    "fast-draft": fast_draft,
+    "lookup": prompt_lookup,
+    "hybrid": hybrid,
 }
 
 assert tuple(PROPOSERS) == PROPOSER_NAMES, "engine/config.py PROPOSER_NAMES must list the registry keys"
 
-__all__ = ["Draft", "EMPTY_DRAFT", "Proposer", "PROPOSERS", "DraftModelProposer", "NgramProposer",
-           "HybridProposer", "CONFIDENCE_CUTOFF"]
+__all__ = ["Draft", "EMPTY_DRAFT", "Proposer", "PROPOSERS", "ProposerFactory", "DraftRunnerMaker",
+           "DraftModelProposer", "NgramProposer", "HybridProposer", "CONFIDENCE_CUTOFF", "HEAD_TOKENS"]

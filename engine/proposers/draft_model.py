@@ -1,10 +1,15 @@
-"""Draft-model proposer: a small model of the same family runs k cheap autoregressive steps."""
+"""Draft-model proposer: a small model of the same family runs k cheap autoregressive steps.
+
+Its runner's cache holds the context it last drafted from plus the drafted tokens it fed (all but the last).
+Within a generation each context extends the previous one (the loop only appends), so what stays valid is
+found by comparing those few drafted tokens with the new context: O(k), never a scan of the context.
+"""
 from __future__ import annotations
 
 import torch
 
 from engine.config import SamplingConfig
-from engine.decode.runner import ModelRunner
+from engine.decode.runner import ModelRunner, common_prefix
 from engine.decode.draft import EMPTY_DRAFT, Draft
 from engine.decode.sampling import logits_to_probs, sample
 
@@ -21,16 +26,23 @@ class DraftModelProposer:
         self.head_tokens = head_tokens
         self.sampling = SamplingConfig()
         self.generator: torch.Generator | None = None
+        self._drafted_from = 0  # the runner's first tokens that every later context starts with
+        self._fed: list[int] = []  # the drafted tokens the runner consumed after those
 
     def reset(self, prompt_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
         self.sampling, self.generator = sampling, generator
+        self.draft.rollback(self.draft.reusable_prefix(prompt_ids))  # a reused runner: once per generation
+        self._drafted_from, self._fed = len(self.draft.tokens), []
         if self.head_tokens is not None and self.head_tokens < self.draft.vocab_size:
             self.draft.trim_head([*range(self.head_tokens), *prompt_ids])
 
     def propose(self, context_ids: list[int], k: int) -> Draft:
         if k <= 0:
             return EMPTY_DRAFT
-        self.draft.rollback(self.draft.reusable_prefix(context_ids))  # keep what is still valid
+        start = self._drafted_from
+        kept = start + common_prefix(self._fed, context_ids[start:start + len(self._fed)])  # what the target kept
+        # one rollback; never the whole context: the last token is fed again, its logits predict the next one
+        self.draft.rollback(min(kept, len(context_ids) - 1))
         feed = context_ids[len(self.draft.tokens):]
         tokens, q_rows, confidence = [], [], 1.0
         for _ in range(k):
@@ -42,4 +54,5 @@ class DraftModelProposer:
             if confidence < self.min_confidence:
                 break
             feed = [token]
+        self._drafted_from, self._fed = len(context_ids), tokens[:-1]  # the last one was never fed
         return Draft(tokens, torch.stack(q_rows))  # q: (len(tokens), vocab)

@@ -14,19 +14,55 @@ from engine.decode.draft import EMPTY_DRAFT, Draft
 def ngram_lookup(context: list[int], k: int, max_ngram: int = 4, min_ngram: int = 2,
                  source: list[int] | None = None) -> list[int]:
     """Up to ``k`` tokens that followed the latest occurrence of the longest matching suffix n-gram of
-    ``context``, searched in ``source`` (default: earlier in ``context`` itself)."""
-    own = source is None
-    source = context if own else source
-    for n in range(min(max_ngram, len(context) - 1), min_ngram - 1, -1):
-        pattern = context[-n:]
-        first = pattern[0]
-        last_start = len(source) - n - 1 if own else len(source) - n
-        for start in range(last_start, -1, -1):  # most recent occurrence first
-            if source[start] == first and source[start:start + n] == pattern:
-                found = source[start + n:start + n + k]
-                if found:
-                    return found
-    return []
+    ``context`` (``min_ngram <= n <= max_ngram``, ``n < len(context)``), searched in ``source`` (default:
+    earlier in ``context`` itself). Only occurrences followed by at least one token count.
+
+    One pass, as vLLM's n-gram proposer: KMP over ``source`` reversed, with the reversed suffix as the
+    pattern. Scanning the reversed text meets the latest occurrences first, so the first position where the
+    match reaches a new length is the latest occurrence of that length: O(len(source) + max_ngram).
+    """
+    source = context if source is None else source
+    m = min(max_ngram, len(context) - 1)  # the suffix n-gram is never the whole context
+    if k <= 0 or m < max(min_ngram, 1):
+        return []
+    pattern = context[:-m - 1:-1]  # the last m tokens, reversed: pattern[j] = context[-1 - j]
+    text = source[-2::-1]  # source without its last token, reversed: a match must leave a token to propose
+    fail = _failure(pattern)
+    best_len, best_end, state, i = 0, -1, 0, 0
+    while i < len(text):
+        if state == 0:  # skip to the next token that can start a match (list.index runs in C)
+            try:
+                i = text.index(pattern[0], i)
+            except ValueError:
+                break
+        token = text[i]
+        while state and token != pattern[state]:
+            state = fail[state - 1]
+        if token == pattern[state]:
+            state += 1
+            if state > best_len:  # strictly longer: ties keep the earlier position, the latest occurrence
+                best_len, best_end = state, i
+                if state == m:  # the longest possible n-gram at its latest occurrence
+                    break
+        i += 1
+    if best_len < min_ngram:
+        return []
+    start = len(source) - 2 - best_end + best_len  # the occurrence's first token is text[best_end]
+    return source[start:start + k]
+
+
+def _failure(pattern: list[int]) -> list[int]:
+    """KMP failure function: fail[j] = length of the longest proper prefix of pattern[:j + 1] that is also
+    its suffix."""
+    fail = [0] * len(pattern)
+    state = 0
+    for j in range(1, len(pattern)):
+        while state and pattern[j] != pattern[state]:
+            state = fail[state - 1]
+        if pattern[j] == pattern[state]:
+            state += 1
+        fail[j] = state
+    return fail
 
 
 class NgramProposer:

@@ -11,18 +11,21 @@ them with the same model at zero draft cost and their own measured acceptance (`
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
-from engine.speed.costmodel import CostFit, StepCosts, expected_tokens
+from engine.speed.costmodel import CostFit, StepCosts
 
-__all__ = ["KPolicy", "FixedK", "AdaptiveK", "expected_tokens"]
+
+@dataclass(frozen=True)
+class KChoice:
+    """A policy's decision for one step."""
+    k: int  # draft tokens to ask for; 0 = a plain target step (free drafts may still come)
+    fallback: bool = False  # speculation measured as losing: a plain target step, or a probe between them
 
 
 class KPolicy(Protocol):
-    fallback: bool
-
-    def next_k(self) -> int: ...
+    def choose(self) -> KChoice: ...
 
     def free_limit(self) -> int | None: ...
 
@@ -34,14 +37,12 @@ class KPolicy(Protocol):
 
 
 class FixedK:
-    fallback = False
-
     def __init__(self, k: int, prior: StepCosts | None = None):
         self.k = k
         self.fit = CostFit(prior)
 
-    def next_k(self) -> int:
-        return self.k
+    def choose(self) -> KChoice:
+        return KChoice(self.k)
 
     def free_limit(self) -> int | None:
         """A fixed k leaves free drafts as the proposer made them."""
@@ -66,8 +67,7 @@ class AdaptiveK:
         self.accepted = 2.0  # decayed counts of accepted / rejected draft tokens (a weak prior: a = 2/3)
         self.rejected = 1.0
         self.fit = CostFit(prior)
-        self.fallback = False
-        self._since_probe = 0
+        self._since_probe = 0  # fallback steps since the last probe
         self.free_accepted, self.free_rejected = 4.0, 1.0  # free drafts: a weak prior of 0.8
 
     @property
@@ -78,19 +78,19 @@ class AdaptiveK:
     def costs(self) -> StepCosts | None:
         return self.fit.costs()
 
-    def next_k(self) -> int:
+    def choose(self) -> KChoice:
+        """The next step's k. Called once per step: each fallback step counts toward the next probe."""
         costs = self.costs
         if costs is None:
-            return self.k
+            return KChoice(self.k)
         best = costs.best_k(self.alpha, [0, *range(self.k_min, self.k_max + 1)])
-        self.fallback = best == 0
-        if self.fallback:
+        if best == 0:
             self._since_probe += 1
             if self._since_probe >= self.probe_every:  # probe: measure acceptance again
                 self._since_probe = 0
-                return self.k_min
+                return KChoice(self.k_min, fallback=True)
         self.k = best
-        return best
+        return KChoice(best, fallback=best == 0)
 
     def free_limit(self) -> int | None:
         """The free-draft length with the most expected tokens per second (None until costs are known); at

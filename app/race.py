@@ -21,7 +21,8 @@ def create_race_tab() -> dict:
     gr.Markdown("Runs the prompt with the **target alone**, then with **speculative decoding** (cache off), "
                 "using the decoding settings on the left. Under greedy decoding both must give the same tokens.")
     with gr.Row(equal_height=True):
-        prompt = gr.Textbox(label="Race prompt", lines=2, scale=6, elem_id="race-prompt",
+        prompt = gr.Textbox(label="Race prompt (Enter to race, Shift+Enter for a new line)", lines=1, max_lines=6,
+                            scale=6, elem_id="race-prompt",
                             value="Write a Python function that checks whether a string is a palindrome.")
         run = gr.Button("Race", variant="primary", scale=1, elem_id="race-run")
         stop = gr.Button("Stop", variant="stop", scale=1, elem_id="race-stop")

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import closing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -149,14 +149,7 @@ class ChatEngine:
     def _stream(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig) -> TokenStream:
         room = target.context_window - len(prompt_ids)
         return TokenStream(target.tokenizer, target.eos_ids, min(sampling.max_new_tokens, room),
-                           sampling.stop_on_eos)
-
-    @staticmethod
-    def _counted(events: Iterator[Event], prompt_ids: list[int]) -> Iterator[Event]:
-        """The events, with the prompt's length on the DoneEvent (an API reports it as usage)."""
-        with closing(events):
-            for event in events:
-                yield replace(event, prompt_tokens=len(prompt_ids)) if event.type == "done" else event
+                           sampling.stop_on_eos, prompt_tokens=len(prompt_ids))
 
     def _stepwise(self, events: Iterator[Event]) -> Iterator[Event]:
         """Compute each event under the lock, hand it over without it: a caller holding a paused generator
@@ -183,14 +176,14 @@ class ChatEngine:
         yield cache_event
         stream = self._stream(pair.target, prompt_ids, sampling)
         if hit.outcome in ("exact", "cached"):
-            yield from self._counted(cached_chat.serve(hit, stream, self.cache), prompt_ids)
+            yield from cached_chat.serve(hit, stream, self.cache)
             return
         proposer = PROPOSERS[spec.proposer](lambda: self._runner(pair.draft))  # only model drafts make one
         if hit.outcome == "verified":  # the cached answer becomes the draft; the target has the last word
             proposer = CachedAnswerProposer(list(hit.answer_token_ids), fallback=proposer)
         decoder = speculative_generate(self._runner(pair.target), proposer, prompt_ids, stream, sampling,
                                        k_policy=k_policy(spec, pair.costs), cancel=cancel)
-        with closing(self._counted(self._stepwise(decoder), prompt_ids)) as events:
+        with closing(self._stepwise(decoder)) as events:
             for event in events:
                 if event.type == "done":
                     cached_chat.remember(self.cache, scope, messages, event)
@@ -203,7 +196,7 @@ class ChatEngine:
         prompt_ids = self.encode(messages, pair)
         stream = self._stream(pair.target, prompt_ids, sampling)
         decoder = reference_generate(self._runner(pair.target), prompt_ids, stream, sampling, cancel)
-        yield from self._counted(self._stepwise(decoder), prompt_ids)
+        yield from self._stepwise(decoder)
 
     # -- divergences ----------------------------------------------------------------------------------------
     def explain_divergence(self, messages: list[dict], sampling: SamplingConfig, reference_ids: list[int],

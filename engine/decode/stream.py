@@ -13,8 +13,10 @@ from engine.events import DoneEvent, StatsEvent, TokenEvent
 class TokenStream:
     """Turns accepted token ids into TokenEvents; knows when to stop (EOS, length)."""
 
-    def __init__(self, tokenizer, eos_ids: frozenset[int], max_new_tokens: int, stop_on_eos: bool = True):
+    def __init__(self, tokenizer, eos_ids: frozenset[int], max_new_tokens: int, stop_on_eos: bool = True,
+                 prompt_tokens: int = 0):
         self.detok = IncrementalDetokenizer(tokenizer)
+        self.prompt_tokens = prompt_tokens  # the prompt this answers (chat template included), for usage
         self.eos_ids = eos_ids if stop_on_eos else frozenset()
         self.max_new_tokens = max_new_tokens
         self.token_ids: list[int] = []
@@ -52,7 +54,7 @@ class TokenStream:
     def done(self, stats: StatsEvent) -> DoneEvent:
         """The final event; its text is exactly the streamed pieces joined."""
         return DoneEvent(finish_reason=self.finish_reason or "length", text=self.detok.text(),
-                         token_ids=tuple(self.token_ids), stats=stats)
+                         token_ids=tuple(self.token_ids), stats=stats, prompt_tokens=self.prompt_tokens)
 
 
 @dataclass

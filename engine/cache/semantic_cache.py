@@ -92,8 +92,8 @@ class CacheHit:
 class SemanticCache:
     """Exact + semantic prompt cache over a store (local directory or Redis). See the module docstring."""
 
-    def __init__(self, store: Store | str | os.PathLike, embedder, *, threshold: float = DEFAULT_THRESHOLD, mode: str = "verify",
-                 size_limit_bytes: int = DEFAULT_SIZE_LIMIT, ttl_s: float | None = None, clock=time.time):
+    def __init__(self, store: Store | str | os.PathLike, embedder, *, threshold: float = DEFAULT_THRESHOLD,
+                 mode: str = "verify", size_limit_bytes: int = DEFAULT_SIZE_LIMIT, ttl_s: float | None = None, clock=time.time):
         """``store``: a :class:`Store`, a ``redis://`` URL or a directory (:func:`open_store`).
         ``clock`` (unix seconds) dates entries and, besides the store's own expiry, decides their TTL on read;
         tests pass a fake one."""

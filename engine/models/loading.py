@@ -9,9 +9,10 @@ from pathlib import Path
 
 import torch
 
-from engine.models.catalog import BUILTIN_MODELS, builtin_dir, user_gguf_dir
+from engine.models.catalog import BUILTIN_MODELS, builtin_dir, model_gguf, user_gguf_dir
 from engine.config import AUTO, check_precision
 from engine.models import hardware
+from engine.models.int4_weight import quantize_int4
 from engine.models.int8_weight import quantize_int8_weight
 from engine.errors import IncompatiblePairError, InvalidSettingError, ModelFormatError, UnknownModelError
 
@@ -110,9 +111,16 @@ def hub_source(repo_id: str) -> str:
                             f"Set {ALLOW_DOWNLOADS_ENV}=1 to download it, or use a local directory or .gguf file")
 
 
+def attention_for(device: torch.device) -> str:
+    """``eager`` on CPU: each query row of a verify forward is computed exactly as that token fed alone, so the
+    greedy loop is bit-for-bit the target's (``sdpa`` differs by a bf16 step between the two shapes). It costs no
+    more than sdpa on CPU (numbers in the README). GPUs keep sdpa: their kernels are not batch-invariant anyway."""
+    return "eager" if device.type == "cpu" else "sdpa"
+
+
 def _quantization_kwargs(precision: str, device: torch.device) -> dict:
-    if precision in ("bf16", "fp32", "int8-dynamic", "int8-weight"):  # the int8 ones quantise after loading
-        return {"dtype": torch.bfloat16 if precision in ("bf16", "int8-weight") else torch.float32}
+    if precision in ("bf16", "fp32", "int8-dynamic", "int8-weight", "int4"):  # int8/int4 quantise after loading
+        return {"dtype": torch.float32 if precision in ("fp32", "int8-dynamic") else torch.bfloat16}
     from transformers import BitsAndBytesConfig
     if precision == "int8":
         config = BitsAndBytesConfig(load_in_8bit=True)
@@ -132,12 +140,13 @@ def load_model(name: str, precision: str | None = None, device: torch.device | N
     device = device or default_device()
     auto = precision in (None, AUTO)
     precision = resolve_precision(precision, device, role)
-    if precision == "int8-dynamic" and device.type != "cpu":
-        raise InvalidSettingError("int8-dynamic runs on CPU only; use int8 or nf4 (bitsandbytes) on a GPU")
+    if precision in ("int8-dynamic", "int4") and device.type != "cpu":
+        raise InvalidSettingError(f"{precision} runs on CPU only; use bf16, int8 or nf4 (bitsandbytes) on a GPU")
     source = resolve_source(name, cache_dir)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, **_quantization_kwargs(precision, device))
+        model = AutoModelForCausalLM.from_pretrained(source, attn_implementation=attention_for(device),
+                                                     **_quantization_kwargs(precision, device))
     except (OSError, ValueError) as err:
         raise UnknownModelError(f"could not load {name!r}: {str(err).splitlines()[0]}. "
                                 f"Built-in models: {', '.join(BUILTIN_MODELS)}") from err
@@ -147,6 +156,8 @@ def load_model(name: str, precision: str | None = None, device: torch.device | N
         model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
     if precision == "int8-weight":
         model = quantize_int8_weight(model)
+    if precision == "int4":  # a GGUF's own Q4_K/Q4_1 grid where it has one (engine/models/int4_weight.py)
+        quantize_int4(model, model_gguf(name, cache_dir), requantize=role == "draft")
     model.eval()
     return wrap_model(name, precision, model, tokenizer, auto_precision=auto)
 

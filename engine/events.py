@@ -51,10 +51,12 @@ class StatsEvent:
     accepted_by_pos: tuple[int, ...] = ()  # accepted[i]: drafts whose token i was accepted
     proposed_by_pos: tuple[int, ...] = ()  # proposed[i]: drafts that had a token at position i
     # the cost model fitted so far (engine.speed.costmodel.StepCosts): a target forward over n tokens takes
-    # verify_fixed_s + verify_per_token_s * n seconds, a drafted token draft_per_token_s; None before a fit
+    # verify_fixed_s + verify_per_token_s * n seconds, a drafted token draft_per_token_s; None before a fit.
+    # verify_table: the measured curve t(n) as (n, seconds) pairs, which prices a step where it is known
     verify_fixed_s: float | None = None
     verify_per_token_s: float | None = None
     draft_per_token_s: float | None = None
+    verify_table: tuple[tuple[int, float], ...] = ()
     type: str = "stats"
 
     @property
@@ -79,7 +81,7 @@ class StatsEvent:
     def costs(self) -> StepCosts | None:
         if self.verify_fixed_s is None or self.verify_per_token_s is None or self.draft_per_token_s is None:
             return None
-        return StepCosts(self.verify_fixed_s, self.verify_per_token_s, self.draft_per_token_s)
+        return StepCosts(self.verify_fixed_s, self.verify_per_token_s, self.draft_per_token_s, self.verify_table)
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -171,3 +171,29 @@ def test_free_drafts_are_capped_where_each_verified_token_costs_and_long_where_v
 
 def test_fixed_k_leaves_free_drafts_alone():
     assert FixedK(4, prior=StepCosts(0.35, 0.08, 0.02)).free_limit() is None
+
+
+INT4_CURVE = ((1, 0.034), (2, 0.043), (4, 0.050), (8, 0.096), (16, 0.182))  # a 4-bit 1.5B target, measured
+
+
+def test_a_measured_curve_prices_each_verify_length_where_the_line_cannot():
+    a, b = fit_line([n for n, _ in INT4_CURVE], [t for _, t in INT4_CURVE])
+    line = StepCosts(a, b, 0.012)
+    curve = StepCosts(a, b, 0.012, verify_table=INT4_CURVE)
+    assert curve.verify_s(4) == pytest.approx(0.050) and curve.verify_s(3) == pytest.approx(0.0465)
+    assert curve.verify_s(32) > curve.verify_s(16) > curve.verify_s(8)  # extended by the last segment
+    assert abs(line.verify_s(4) - 0.050) > 0.005  # the straight line misprices the flat start
+    assert curve.best_k(0.9, list(range(0, 17))) == 3  # the knee: 4 tokens fed cost little more than 1
+    assert curve.best_k(0.5, list(range(0, 17))) == 0  # low acceptance: plain target steps
+
+
+def test_the_online_fit_keeps_the_calibrated_curve_and_moves_with_observations():
+    fit = CostFit(StepCosts(0.03, 0.01, 0.012, verify_table=INT4_CURVE))
+    assert fit.costs().verify_table == INT4_CURVE
+    fit.observe(5, 0.2, 4, 0.05)  # the first step prefills: ignored
+    for _ in range(20):
+        fit.observe(5, 0.080, 4, 0.048)
+    costs = fit.costs()
+    assert dict(costs.verify_table)[5] == pytest.approx(0.080, rel=0.1)
+    times = [t for _, t in costs.verify_table]
+    assert times == sorted(times)  # never cheaper for a longer forward

@@ -99,4 +99,4 @@ def _cost_fields(costs: StepCosts | None) -> dict:
     if costs is None:
         return {}
     return {"verify_fixed_s": costs.verify_fixed_s, "verify_per_token_s": costs.verify_per_token_s,
-            "draft_per_token_s": costs.draft_per_token_s}
+            "draft_per_token_s": costs.draft_per_token_s, "verify_table": costs.verify_table}

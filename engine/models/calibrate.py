@@ -5,11 +5,11 @@ from __future__ import annotations
 import statistics
 import time
 
-from engine.speed.costmodel import CostFit, StepCosts, fit_line
+from engine.speed.costmodel import StepCosts, fit_line
 from engine.decode.runner import ModelRunner
 
 CALIBRATION_CONTEXT = 16  # tokens in the KV cache before the timed forwards (a short prefill: cheap at load)
-CALIBRATION_TOKENS = (1, CostFit.PRIOR_SPAN)
+CALIBRATION_TOKENS = (1, 2, 4, 8, 16)  # the precision's own t(n): flat, then steep (engine/speed/costmodel.py)
 
 
 def _plain_ids(n: int) -> list[int]:
@@ -38,8 +38,9 @@ def forward_costs(runner: ModelRunner, context: int, tokens: list[int], repeats:
 
 
 def calibrate(target: ModelRunner, draft: ModelRunner, repeats: int = 2) -> StepCosts:
-    """StepCosts from a few timed forwards: the target at 1 and 8 new tokens, the draft at 1."""
+    """StepCosts from a few timed forwards: the target at 1..16 new tokens (its curve), the draft at 1."""
     verify = forward_costs(target, CALIBRATION_CONTEXT, list(CALIBRATION_TOKENS), repeats)
     a, b = fit_line(list(verify), list(verify.values()))
     drafted = forward_costs(draft, CALIBRATION_CONTEXT, [1], repeats)
-    return StepCosts(verify_fixed_s=a, verify_per_token_s=b, draft_per_token_s=drafted[1])
+    return StepCosts(verify_fixed_s=a, verify_per_token_s=b, draft_per_token_s=drafted[1],
+                     verify_table=tuple(sorted(verify.items())))

@@ -1,10 +1,12 @@
 """What a speculation step costs, as a function of the draft length k. Pure Python (the app imports it).
 
 A step drafts k tokens at ``draft_per_token_s`` each and runs one target forward over the k+1 tokens it
-feeds: ``verify_s(n) = verify_fixed_s + verify_per_token_s * n``. Where the target's matmuls are
-memory-bound (a GPU, AMX) the per-token part is small and long drafts pay; where they are compute-bound
-(bf16 without native support) verifying k+1 tokens costs about k+1 single-token forwards and they do not.
-``CostFit`` fits the line online from the steps, anchored by a calibration measured at load.
+feeds. ``verify_s(n)`` is the precision's own measured curve where there is one (``verify_table``: a 4-bit
+target on a CPU costs 1.45x a one-token forward at n = 4 and 2.8x at n = 8: flat while the weights' bytes
+dominate, then steep), else the line ``verify_fixed_s + verify_per_token_s * n``. Where the target's matmuls are
+memory-bound (a GPU, AMX) the curve is flat and long drafts pay; where they are compute-bound (bf16 without
+native support) verifying k+1 tokens costs about k+1 single-token forwards and they do not. ``CostFit`` keeps
+both online from the steps, anchored by a calibration measured at load.
 """
 from __future__ import annotations
 
@@ -22,9 +24,13 @@ class StepCosts:
     verify_fixed_s: float  # a: seconds of a target forward whatever its length
     verify_per_token_s: float  # b: seconds per token fed to that forward
     draft_per_token_s: float  # seconds per drafted token
+    # measured (n_fed, seconds), n ascending; with two points or more it replaces the line
+    verify_table: tuple[tuple[int, float], ...] = ()
 
     def verify_s(self, n_fed: int) -> float:
-        return self.verify_fixed_s + self.verify_per_token_s * n_fed
+        if len(self.verify_table) < 2:
+            return self.verify_fixed_s + self.verify_per_token_s * n_fed
+        return interpolate(self.verify_table, n_fed)
 
     def step_s(self, k: int) -> float:
         """Draft k tokens, then verify the k+1 fed tokens (the last new token plus the draft)."""
@@ -40,6 +46,13 @@ class StepCosts:
     def best_k(self, alpha: float, candidates: list[int]) -> int:
         """The candidate with the most expected tokens per second (ties: the shorter draft)."""
         return max(sorted(candidates), key=lambda k: (self.tokens_per_s(alpha, k), -k))
+
+
+def interpolate(table: tuple[tuple[int, float], ...], n: float) -> float:
+    """Piecewise-linear t(n) through the points of ``table`` (n ascending), extended by its end segments."""
+    i = next((i for i in range(1, len(table) - 1) if n <= table[i][0]), len(table) - 1)
+    (n0, t0), (n1, t1) = table[i - 1], table[i]
+    return max(t0 + (t1 - t0) * (n - n0) / (n1 - n0), 1e-9)
 
 
 def fit_line(ns: list[float], ts: list[float], weights: list[float] | None = None) -> tuple[float, float]:
@@ -60,9 +73,10 @@ def fit_line(ns: list[float], ts: list[float], weights: list[float] | None = Non
 class CostFit:
     """Online estimate of StepCosts from step timings.
 
-    Verify timings are kept as decayed (n_fed, seconds) points; the calibration (``prior``) adds two fixed
-    points at n = 1 and n = ``PRIOR_SPAN`` with weight ``prior_weight``, so the slope stays defined while k
-    does not move. The draft cost per token is an exponential average started at the prior's.
+    Verify timings are kept as decayed (n_fed, seconds) points; the calibration (``prior``) adds its measured
+    points (or its line at n = 1 and n = ``PRIOR_SPAN``) with weight ``prior_weight``, so the curve stays defined
+    where k does not go. The curve is the weighted mean time per n, made non-decreasing; the line is fitted to
+    the same points (for the stats). The draft cost per token is an exponential average started at the prior's.
     """
     PRIOR_SPAN = 8
 
@@ -94,9 +108,25 @@ class CostFit:
             return self._fitted
         points = list(self.points)
         if self.prior is not None:
-            points += [(n, self.prior.verify_s(n), self.prior_weight) for n in (1, self.PRIOR_SPAN)]
+            prior = self.prior.verify_table or tuple((n, self.prior.verify_s(n)) for n in (1, self.PRIOR_SPAN))
+            points += [(n, t, self.prior_weight) for n, t in prior]
         if not points or self.draft_per_token_s is None:
             return None
         a, b = fit_line([p[0] for p in points], [p[1] for p in points], [p[2] for p in points])
-        self._fitted = StepCosts(verify_fixed_s=a, verify_per_token_s=b, draft_per_token_s=self.draft_per_token_s)
+        self._fitted = StepCosts(verify_fixed_s=a, verify_per_token_s=b, draft_per_token_s=self.draft_per_token_s,
+                                 verify_table=_curve(points))
         return self._fitted
+
+
+def _curve(points: list[tuple[int, float, float]]) -> tuple[tuple[int, float], ...]:
+    """The weighted mean seconds per n, non-decreasing in n (a longer forward never costs less)."""
+    sums: dict[int, list[float]] = {}
+    for n, t, w in points:
+        total = sums.setdefault(n, [0.0, 0.0])
+        total[0] += w * t
+        total[1] += w
+    curve, highest = [], 0.0
+    for n in sorted(sums):
+        highest = max(highest, sums[n][0] / sums[n][1])
+        curve.append((n, highest))
+    return tuple(curve)

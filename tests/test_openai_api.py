@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import socket
+import threading
+import time
 
 import pytest
 from fastapi import FastAPI
@@ -172,6 +175,98 @@ def test_malformed_json_is_a_422_not_a_500():
     c, _ = client()
     r = c.post("/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 422 and "error" in r.json()
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+def test_a_limit_of_zero_tokens_is_refused_as_openai_does_not_taken_as_unset(field):
+    c, engine = client()
+    r = c.post("/v1/chat/completions", json=ask(**{field: 0}))
+    assert r.status_code == 400, r.text
+    assert "max_new_tokens" in r.json()["error"]["message"] and "got 0" in r.json()["error"]["message"]
+    assert engine.calls == []  # refused before the engine was asked
+
+
+def test_the_key_is_checked_before_the_request_is_read():
+    """Without the key nothing about the request matters: malformed JSON, a bad field, an unknown route: 401."""
+    c, engine = client(api_key="s3cret")
+    for method, path, body in [("POST", "/v1/chat/completions", b"{not json"),
+                               ("POST", "/v1/chat/completions", json.dumps({"model": "tgt"}).encode()),
+                               ("GET", "/v1/no-such-route", None)]:
+        r = c.request(method, path, content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key", (path, body, r.text)
+    keyed = {"content-type": "application/json", "Authorization": "Bearer s3cret"}
+    assert c.post("/v1/chat/completions", content=b"{not json", headers=keyed).status_code == 422
+    assert engine.calls == []
+
+
+def _server_with_ui(api_key=None):
+    """The real server (create_server): the /v1 routes with a Gradio UI mounted at "/" behind them."""
+    import gradio as gr
+    from app.openai_api import create_server
+
+    engine = FakeEngine()
+    with gr.Blocks() as demo:
+        gr.Markdown("the UI")
+    return create_server(AppContext(engine), demo, api_key), engine
+
+
+@pytest.mark.parametrize("method, path, status, allow", [
+    ("GET", "/v1/no-such-route", 404, None),
+    ("POST", "/v1/completions", 404, None),
+    ("GET", "/v1", 404, None),
+    ("POST", "/v1/models", 405, "GET"),
+    ("GET", "/v1/chat/completions", 405, "POST"),
+])
+def test_unknown_routes_and_wrong_methods_under_v1_get_openai_errors_not_the_ui(method, path, status, allow):
+    app, _ = _server_with_ui()
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.request(method, path)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and path in error["message"]
+    assert r.headers.get("allow") == allow
+
+
+class EndlessEngine(FakeEngine):
+    """Yields tokens until cancelled; says when it started and when its generation ended, and how."""
+
+    def __init__(self):
+        super().__init__()
+        self.started, self.stopped, self.finish = threading.Event(), threading.Event(), None
+
+    def generate(self, messages, sampling, spec, *, cache=DEFAULT_CACHE, cancel=None):
+        self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache))
+        yield CacheEvent("off")
+        n = 0
+        try:
+            while not cancel.is_set():
+                yield tok("la ", "target", n)
+                n += 1
+                self.started.set()
+                time.sleep(0.01)  # a step's worth of work
+            self.finish = "cancelled"
+            yield DoneEvent("cancelled", "la " * n, tuple(range(n)), StatsEvent(1, n, 0, 0, 0.1, 4),
+                            prompt_tokens=self.PROMPT_TOKENS)
+        finally:
+            self.stopped.set()
+
+
+def test_a_client_that_leaves_stops_a_non_streamed_generation():
+    """A real server and a client that sends its request, waits until the answer is being generated, and hangs
+    up: the generation must end (before the fix it ran on to max_tokens with nobody to read it)."""
+    from tests.server import serving
+
+    engine = EndlessEngine()
+    app = add_openai_routes(FastAPI(), AppContext(engine))
+    body = json.dumps(ask(max_tokens=8000)).encode()
+    with serving(app) as url:
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port)) as conn:
+            conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            assert engine.started.wait(60), "the generation never started"
+        assert engine.stopped.wait(60), "the generation went on after its client left"
+        assert engine.finish == "cancelled"
 
 
 def test_api_key_is_required_when_set():

@@ -5,6 +5,7 @@ import json
 import socket
 import threading
 import time
+import urllib.request
 
 import pytest
 from fastapi import FastAPI
@@ -281,12 +282,22 @@ def test_api_key_is_required_when_set():
 KEY = "test-key-123"
 
 
+class LiveUrl(str):
+    """The server's URL, and its log file as ``.log``."""
+
+
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory):
+    """launch.py with the key from a file (so it is not on the command line); the log is at launch.log."""
     from tests.server import SMOL_PAIR, launched
 
-    with launched(tmp_path_factory.mktemp("speclens-api"), *SMOL_PAIR, "--api-key", KEY) as url:
-        yield url
+    cache_dir = tmp_path_factory.mktemp("speclens-api")
+    key_file = tmp_path_factory.mktemp("secrets") / "api-key"
+    key_file.write_text(KEY + "\n")
+    with launched(cache_dir, *SMOL_PAIR, "--api-key-file", str(key_file)) as url:
+        live = LiveUrl(url)
+        live.log = cache_dir / "launch.log"
+        yield live
 
 
 @pytest.mark.real
@@ -295,8 +306,8 @@ def test_openai_client_chats_like_the_app(live_server):
     from gradio_client import Client
 
     prompt, n = "Write a Python function that adds two numbers.", 24
-    expected = Client(live_server, verbose=False).predict(prompt, max_new_tokens=n, temperature=0.0, cache=False,
-                                                          api_name="/chat")["text"]
+    expected = Client(live_server, auth=("me", KEY), verbose=False).predict(
+        prompt, max_new_tokens=n, temperature=0.0, cache=False, api_name="/chat")["text"]
     client = openai.OpenAI(base_url=f"{live_server}v1", api_key=KEY)
     assert [m.id for m in client.models.list().data] == ["smollm2-135m-instruct"] * 2
     messages = [{"role": "user", "content": prompt}]
@@ -314,3 +325,26 @@ def test_openai_client_chats_like_the_app(live_server):
         client.chat.completions.create(model="x", messages=[{"role": "user", "content": "   "}])
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"{live_server}v1", api_key="wrong").models.list()
+
+
+@pytest.mark.real
+def test_a_client_that_leaves_stops_its_answer_on_the_real_server(live_server):
+    """launch.py on real weights: a non-streamed request whose client hangs up stops generating (the server
+    logs how many tokens it made, fewer than asked) and the server goes on answering."""
+    port = int(live_server.rstrip("/").rsplit(":", 1)[1])
+    prompt = "Count from 1 to 5000, one number per line."
+    body = json.dumps(ask(max_tokens=4000, temperature=0, messages=[{"role": "user", "content": prompt}])).encode()
+    before = live_server.log.read_text().count("the client left")
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                     b"Authorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s" % (KEY.encode(), len(body), body))
+        time.sleep(3)  # pacing only, so the request is read and generating before the hang-up; nothing is timed
+    deadline = time.monotonic() + 300
+    while live_server.log.read_text().count("the client left") == before:
+        assert time.monotonic() < deadline, "the generation did not stop after its client left"
+        time.sleep(0.5)
+    line = [x for x in live_server.log.read_text().splitlines() if "the client left" in x][-1]
+    assert int(line.split("stopped after ")[1].split()[0]) < 4000, line
+    models = urllib.request.Request(f"{live_server}v1/models", headers={"Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(models, timeout=60) as r:
+        assert r.status == 200

@@ -76,3 +76,28 @@ def test_the_v1_routes_need_the_bearer_key_not_the_ui_login(guarded):
     assert login(url, KEY).get("v1/models").status_code == 401
     r = httpx.get(f"{url}v1/models", headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
     assert r.status_code == 200 and r.json()["data"][0]["id"] == "t"
+
+
+@pytest.mark.browser
+def test_a_browser_logs_in_with_the_key_and_gets_the_app(guarded):
+    """Headless Chromium: the page asks for the login; a wrong key is refused, the key opens the app."""
+    import os
+
+    from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
+
+    if not os.path.exists(CHROMIUM) and not os.environ.get("SPECLENS_REQUIRE_BROWSER"):
+        pytest.skip(f"Debian's Chromium is not installed at {CHROMIUM}")
+    playwright = pytest.importorskip("playwright.sync_api")
+    url, _ = guarded
+    with playwright.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.goto(url)
+        for password in ("wrong", KEY):
+            page.get_by_label("username").fill("someone")
+            page.get_by_label("password").fill(password)
+            page.get_by_role("button", name="Login").click()
+            if password == "wrong":
+                playwright.expect(page.get_by_text("Incorrect Credentials")).to_be_visible(timeout=30_000)
+        playwright.expect(page.locator("#msg textarea")).to_be_visible(timeout=60_000)
+        browser.close()

@@ -16,9 +16,13 @@ from pathlib import Path
 
 from engine.config import PRECISIONS  # a plain module: no torch, so --help stays instant
 
+API_KEY_ENV = "SPECLENS_API_KEY"
+CACHE_URL_ENV = "SPECLENS_CACHE_URL"
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="SpecLens: a local chat app that makes speculative decoding visible.")
+    p = argparse.ArgumentParser(prog="launch.py",
+                                description="SpecLens: a local chat app that makes speculative decoding visible.")
     p.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=7860, help="port to serve on (default: 7860)")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser tab at startup")
@@ -32,20 +36,44 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "bf16 on AMX CPUs, int8-weight on other CPUs)")
     p.add_argument("--draft-precision", choices=PRECISIONS, default="auto",
                    help="precision of the draft (default: auto = nf4 on a GPU, int8-dynamic on CPU)")
-    p.add_argument("--api-key", default=os.environ.get("SPECLENS_API_KEY"),
-                   help="require 'Authorization: Bearer KEY' on the OpenAI-compatible /v1 routes "
-                        "(default: $SPECLENS_API_KEY; unset: no key needed)")
+    p.add_argument("--api-key", default=None,
+                   help="guard the server with a key: the /v1 routes need 'Authorization: Bearer KEY', the UI "
+                        "and Gradio's API a login with the key as password (default: $SPECLENS_API_KEY; unset: no "
+                        "key needed). Prefer the variable or --api-key-file: every user can read a command line")
+    p.add_argument("--api-key-file", metavar="FILE", help="read the API key from FILE (its first line)")
     p.add_argument("--cache-dir", default=None,
                    help="directory for converted models, the semantic cache and the measured target-only "
                         "speeds (default: $SPECLENS_CACHE_DIR, else ~/.cache/speclens)")
-    p.add_argument("--cache-url", default=os.environ.get("SPECLENS_CACHE_URL") or None,
+    p.add_argument("--cache-url", default=None,
                    help="put the semantic cache in Redis, shared by every instance that uses the same URL and "
                         "namespace: redis://[:password@]host:port/db (default: $SPECLENS_CACHE_URL, else a local "
-                        "directory under the cache root)")
+                        "directory under the cache root). With a password, prefer the variable or --cache-url-file")
+    p.add_argument("--cache-url-file", metavar="FILE", help="read --cache-url from FILE (its first line)")
     p.add_argument("--cache-namespace", default=os.environ.get("SPECLENS_CACHE_NAMESPACE") or "speclens",
                    help="key prefix in Redis; deployments with different namespaces never see each other's "
                         "entries (default: $SPECLENS_CACHE_NAMESPACE or speclens)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.api_key = secret(p, args, "api_key", API_KEY_ENV)
+    args.cache_url = secret(p, args, "cache_url", CACHE_URL_ENV)
+    return args
+
+
+def secret(parser: argparse.ArgumentParser, args: argparse.Namespace, name: str, env: str) -> str | None:
+    """A secret from ``--NAME``, ``--NAME-file`` (first line) or the environment variable ``env``, in that order
+    of precedence; the file and the variable keep it out of ``ps``. None when none is given."""
+    flag, path = getattr(args, name), getattr(args, f"{name}_file")
+    option = "--" + name.replace("_", "-")
+    if flag and path:
+        parser.error(f"give {option} or {option}-file, not both")
+    if path:
+        try:
+            lines = Path(path).expanduser().read_text().splitlines()
+        except OSError as err:
+            parser.error(f"{option}-file {path}: {err.strerror or err}")
+        if not lines or not lines[0].strip():
+            parser.error(f"{option}-file {path}: the first line is empty")
+        return lines[0].strip()
+    return flag or os.environ.get(env) or None
 
 
 def _no_phoning_home() -> None:
@@ -160,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
     if not args.no_browser:
         threading.Thread(target=_open_when_started, args=(server, url), daemon=True).start()
-    key_note = " (API key required)" if args.api_key else ""
+    key_note = " (API key required; the UI asks for it as the password)" if args.api_key else ""
     print(f"[speclens] serving on {url} — OpenAI-compatible API at {url}/v1{key_note}", flush=True)
     server.run()
 

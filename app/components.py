@@ -37,14 +37,17 @@ def create_decoding_panel() -> dict:
     with gr.Accordion("Decoding", open=True):
         proposer = gr.Dropdown(list(PROPOSER_NAMES), value=d.proposer, label="Proposer", elem_id="proposer")
         with gr.Row():
-            k = gr.Number(d.k, precision=0, label=f"k (draft length, 1–{MAX_K})", elem_id="k", min_width=80)
+            # precision=None: Gradio passes the number as typed (precision=0 would round 2.5 to 2 silently);
+            # app.settings hands it to the engine's config, which refuses what is not a whole number
+            k = gr.Number(d.k, precision=None, label=f"k (draft length, 1–{MAX_K})", elem_id="k", min_width=80)
             adaptive = gr.Checkbox(d.adaptive, label="adaptive k", elem_id="adaptive")
         with gr.Row():
             temperature = gr.Slider(0.0, 2.0, d.temperature, step=0.05, label="temperature (0 = greedy)")
             top_p = gr.Slider(0.05, 1.0, d.top_p, step=0.05, label="top-p")
         with gr.Row():
-            max_new = gr.Number(d.max_new_tokens, precision=0, label=f"max new tokens (≤ {MAX_NEW_TOKENS})",
+            max_new = gr.Number(d.max_new_tokens, precision=None, label=f"max new tokens (≤ {MAX_NEW_TOKENS})",
                                 elem_id="max-new-tokens", min_width=80)
+            # a text box: a seed above 2**53 would not survive a float (and a JavaScript number)
             seed = gr.Textbox("", label="seed (blank = random)", elem_id="seed", min_width=80, max_lines=1)
         show_rejected = gr.Checkbox(d.show_rejected, label="show rejected draft tokens (struck through)",
                                     elem_id="show-rejected")

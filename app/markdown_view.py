@@ -17,7 +17,7 @@ from pygments.lexers import get_lexer_by_name
 from pygments.token import STANDARD_TYPES
 from pygments.util import ClassNotFound
 
-from app.render import esc, esc_text, kind_class, token_title
+from app.render import esc, esc_text, ghost_html, kind_class, token_title
 from engine.events import TokenEvent
 
 MD = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
@@ -107,9 +107,7 @@ class _Writer:
         ghost = ""
         if index not in self.ghosted:
             self.ghosted.add(index)
-            if ev.kind == "corrected" and ev.rejected_text:  # the "show rejected" switch hides it with CSS
-                ghost = (f'<span class="tok tok-rejected" title="{esc("rejected draft token")}">'
-                         f"{esc_text(ev.rejected_text)}</span>")
+            ghost = ghost_html(ev)  # the "show rejected" switch hides it with CSS
         if index not in self.titles:
             self.titles[index] = esc(token_title(ev))
         css = f"{kind_class(ev.kind)} {extra_class}".rstrip()

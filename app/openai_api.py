@@ -2,11 +2,12 @@
 
 They go through the same ChatEngine as the browser UI: the same semantic cache, and the same lock that lets
 one decoding step at a time run on the models. ``create_server`` builds the FastAPI app with these routes and
-mounts the Gradio Blocks at "/", so the UI and the API share one host and port.
+mounts the Gradio Blocks at "/", so the UI and the API share one host and port; with an API key, both are
+behind it (app/auth.py). A client that leaves stops its generation, streamed or not.
 """
 from __future__ import annotations
 
-import hmac
+import asyncio
 import json
 import logging
 import queue
@@ -14,12 +15,14 @@ import threading
 from collections.abc import Iterator
 
 import gradio as gr
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.auth import API_PREFIX, BearerKeyMiddleware, gradio_login
 from app.context import AppContext
 from app.openai_format import (FINISH, OPENAI_TEMPERATURE, ChatCompletionRequest, Release, chunk_body,
                                completion_body, engine_messages, error_body, new_id, stop_strings, usage,
@@ -31,15 +34,24 @@ log = logging.getLogger(__name__)
 _END = object()
 
 
+HTTP_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", code: str | None = None):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", code: str | None = None,
+                 headers: dict | None = None):
         super().__init__(message)
-        self.status, self.message, self.kind, self.code = status, message, kind, code
+        self.status, self.message, self.kind, self.code, self.headers = status, message, kind, code, headers
+
+
+def _first_given(*values):
+    return next((v for v in values if v is not None), None)
 
 
 def _sampling(req: ChatCompletionRequest) -> SamplingConfig:
-    """The request's sampling; what it leaves out is OpenAI's default temperature, else the engine's defaults."""
-    max_new_tokens = req.max_completion_tokens or req.max_tokens or DEFAULT_SAMPLING.max_new_tokens
+    """The request's sampling; what it leaves out is OpenAI's default temperature, else the engine's defaults.
+    A given ``max_tokens`` of 0 is passed on, for the engine to refuse (as OpenAI does), not taken as unset."""
+    max_new_tokens = _first_given(req.max_completion_tokens, req.max_tokens, DEFAULT_SAMPLING.max_new_tokens)
     return SamplingConfig(temperature=OPENAI_TEMPERATURE if req.temperature is None else req.temperature,
                           top_p=DEFAULT_SAMPLING.top_p if req.top_p is None else req.top_p,
                           max_new_tokens=max_new_tokens, seed=req.seed)
@@ -59,9 +71,8 @@ def _model(ctx: AppContext) -> str:
     return pair["target"] if pair else "speclens"
 
 
-def run_completion(ctx: AppContext, req: ChatCompletionRequest) -> dict:
-    """A whole answer as one chat.completion body."""
-    cancel = threading.Event()
+def run_completion(ctx: AppContext, req: ChatCompletionRequest, cancel: threading.Event) -> dict:
+    """A whole answer as one chat.completion body; setting ``cancel`` stops the engine at its next step."""
     release, first, events = _start(ctx, req, cancel)
     speculation, cache, done = [], None, None
     for event in _chain(first, events):
@@ -74,9 +85,26 @@ def run_completion(ctx: AppContext, req: ChatCompletionRequest) -> dict:
         elif event.type == "done":
             done = event
     speculation += release.finish()[1]
+    if done.finish_reason == "cancelled" and release.cut is None:
+        log.warning("the client left before its answer was complete: stopped after %d tokens", len(done.token_ids))
     finish = "stop" if release.cut is not None else FINISH.get(done.finish_reason, "stop")
     return completion_body(new_id(), _model(ctx), release.released_text, finish, speculation,
                            usage(done.prompt_tokens, len(speculation), done.stats), cache)
+
+
+async def while_connected(request: Request, cancel: threading.Event, work, *args):
+    """``work(*args)`` on a worker thread, while watching the connection: a client that hangs up sets ``cancel``
+    (the request body has been read, so the next message the server has for us is the disconnect)."""
+    async def watch() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        cancel.set()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await run_in_threadpool(work, *args)
+    finally:
+        watcher.cancel()
 
 
 def _chain(first, events: Iterator) -> Iterator:
@@ -138,21 +166,12 @@ async def stream_completion(ctx: AppContext, req: ChatCompletionRequest):
     return StreamingResponse(body(), media_type="text/event-stream")
 
 
-def _auth(api_key: str | None):
-    def check(request: Request) -> None:
-        if not api_key:
-            return
-        given = request.headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
-            raise ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
-                           code="invalid_api_key")
-    return check
-
-
 def add_openai_routes(app: FastAPI, ctx: AppContext, api_key: str | None = None) -> FastAPI:
-    auth = [Depends(_auth(api_key))]
+    """The /v1 routes, behind ``api_key`` when one is given (checked before anything else, app/auth.py)."""
+    if api_key:
+        app.add_middleware(BearerKeyMiddleware, api_key=api_key)
 
-    @app.get("/v1/models", dependencies=auth)
+    @app.get("/v1/models")
     def list_models():
         pair = ctx.pair()
         roles = [] if pair is None else [("target", pair["target"], pair["target_precision"]),
@@ -160,11 +179,25 @@ def add_openai_routes(app: FastAPI, ctx: AppContext, api_key: str | None = None)
         return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "speclens",
                                             "x_role": role, "x_precision": prec} for role, name, prec in roles]}
 
-    @app.post("/v1/chat/completions", dependencies=auth)
-    async def chat_completions(req: ChatCompletionRequest):
+    @app.post("/v1/chat/completions")
+    async def chat_completions(req: ChatCompletionRequest, request: Request):
         if req.stream:
             return await stream_completion(ctx, req)
-        return await run_in_threadpool(run_completion, ctx, req)
+        cancel = threading.Event()
+        return await while_connected(request, cancel, run_completion, ctx, req, cancel)
+
+    @app.api_route(API_PREFIX, methods=HTTP_METHODS, include_in_schema=False)
+    @app.api_route(API_PREFIX + "/{rest:path}", methods=HTTP_METHODS, include_in_schema=False)
+    def no_such_route(request: Request):
+        """Last of the /v1 routes (before the UI mounted at "/" could answer): OpenAI's 404 or a 405."""
+        path = request.url.path
+        allowed = sorted({m for r in app.routes if isinstance(r, APIRoute) and r.path == path
+                          and r.endpoint is not no_such_route for m in r.methods})
+        if allowed:
+            raise ApiError(405, f"{request.method} is not allowed on {path}; use {', '.join(allowed)}",
+                           code="method_not_allowed", headers={"Allow": ", ".join(allowed)})
+        raise ApiError(404, f"Invalid URL ({request.method} {path}): the routes are POST /v1/chat/completions "
+                            "and GET /v1/models", code="unknown_url")
 
     add_error_handlers(app)
     return app
@@ -175,7 +208,8 @@ def add_error_handlers(app: FastAPI) -> None:
     def respond(status: int, body: dict) -> JSONResponse:
         return JSONResponse(body, status_code=status)
 
-    app.add_exception_handler(ApiError, lambda r, e: respond(e.status, error_body(e.message, e.kind, code=e.code)))
+    app.add_exception_handler(ApiError, lambda r, e: JSONResponse(error_body(e.message, e.kind, code=e.code),
+                                                                  status_code=e.status, headers=e.headers))
     app.add_exception_handler(EngineError, lambda r, e: respond(400, error_body(str(e))))
     app.add_exception_handler(RequestValidationError, lambda r, e: respond(422, validation_error_body(e.errors())))
     app.add_exception_handler(StarletteHTTPException,
@@ -185,6 +219,10 @@ def add_error_handlers(app: FastAPI) -> None:
 
 
 def create_server(ctx: AppContext, demo: gr.Blocks, api_key: str | None = None, **mount_kwargs) -> FastAPI:
-    """One FastAPI app: the /v1 routes first, then the Gradio UI mounted at "/"."""
+    """One FastAPI app: the /v1 routes first, then the Gradio UI mounted at "/", behind Gradio's login when
+    there is an ``api_key``."""
     app = add_openai_routes(FastAPI(docs_url=None, redoc_url=None, openapi_url=None), ctx, api_key)
-    return gr.mount_gradio_app(app, demo, path="/", **mount_kwargs)
+    auth = gradio_login(api_key) if api_key else None
+    return gr.mount_gradio_app(app, demo, path="/", auth=auth,
+                               auth_message="Log in with any user name and the API key as the password.",
+                               **mount_kwargs)

@@ -17,6 +17,7 @@ KIND_HELP = {
     "cached": "served from the semantic cache",
 }
 REJECTED_HELP = "draft token the target threw away"
+SPECIAL_LABELS = {"end": "end of answer"}  # a rejected special token's badge; others show their own name
 CACHE_LABELS = {
     "exact": "exact cache hit",
     "verified": "cache hit, verified by the target",
@@ -55,16 +56,25 @@ def kind_class(kind: str) -> str:
     return f"tok tok-{safe}"
 
 
+def ghost_html(ev: TokenEvent) -> str:
+    """The struck-through draft token a corrected token replaced ("" for other tokens). A special token is a small
+    badge: "end of answer" for one that would have ended it, its name (escaped) for any other."""
+    if ev.kind != "corrected" or not ev.rejected_text:
+        return ""
+    if ev.rejected_special:
+        label = SPECIAL_LABELS.get(ev.rejected_special, ev.rejected_text)
+        title = esc(f"rejected draft token {ev.rejected_text}")
+        return f'<span class="tok tok-rejected tok-special" title="{title}">{esc(label)}</span>'
+    return f'<span class="tok tok-rejected" title="{esc("rejected draft token")}">{esc_text(ev.rejected_text)}</span>'
+
+
 def render_token(ev: TokenEvent) -> str:
     """One token as a coloured span; a corrected token comes after its struck-through draft token (the
     "show rejected" switch hides those with CSS)."""
     if not ev.text:  # an incomplete multi-byte character: its text arrives with a later token
         return ""
-    ghost = ""
-    if ev.kind == "corrected" and ev.rejected_text:
-        ghost = (f'<span class="tok tok-rejected" title="{esc("rejected draft token")}">'
-                 f"{esc_text(ev.rejected_text)}</span>")
-    return f'{ghost}<span class="{kind_class(ev.kind)}" title="{esc(token_title(ev))}">{esc_text(ev.text)}</span>'
+    title = esc(token_title(ev))
+    return f'{ghost_html(ev)}<span class="{kind_class(ev.kind)}" title="{title}">{esc_text(ev.text)}</span>'
 
 
 def render_tokens(tokens: list[TokenEvent]) -> str:

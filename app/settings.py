@@ -12,14 +12,14 @@ from engine.errors import InvalidSettingError
 
 @dataclass(frozen=True)
 class UISettings:
-    """The decoding and cache controls, as the user left them (Gradio's values: numbers may be floats or None)."""
+    """The decoding and cache controls, as the user left them (Gradio's values: numbers as typed, or None)."""
     proposer: str = DEFAULT_SPEC.proposer  # what the app does by default: hybrid proposer, adaptive k
-    k: float | None = DEFAULT_SPEC.k
+    k: int | float | None = DEFAULT_SPEC.k
     adaptive: bool = DEFAULT_SPEC.adaptive
     temperature: float = DEFAULT_SAMPLING.temperature
     top_p: float = DEFAULT_SAMPLING.top_p
-    max_new_tokens: float | None = DEFAULT_SAMPLING.max_new_tokens
-    seed: str | float | None = None  # a text box: blank means a fresh random draw
+    max_new_tokens: int | float | None = DEFAULT_SAMPLING.max_new_tokens
+    seed: str | None = None  # a text box: blank means a fresh random draw
     cache_enabled: bool = True
     cache_mode: str = DEFAULT_CACHE.mode
     cache_threshold: float = DEFAULT_CACHE.threshold
@@ -30,24 +30,23 @@ class UISettings:
 
 
 def _as_int(value, name: str):
-    """Gradio numbers arrive as floats (or None); keep non-integers as they are so the engine reports them."""
+    """Gradio numbers arrive as typed, int or float (or None); a float that is a whole number becomes that int,
+    anything else goes on as it is, for the engine's config to refuse with its own message."""
     if value is None:
         raise InvalidSettingError(f"{name} is empty: enter a number")
-    return int(value) if float(value).is_integer() else value
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-def _seed(value) -> int | None:
+def _seed(value) -> int | str | None:
+    """The seed box's text: blank is None (a fresh random draw), a whole number is exactly that integer (never
+    through a float, which would turn 12345678901234567 into ...568), anything else goes to the engine as typed."""
     text = "" if value is None else str(value).strip()
     if not text:
         return None
     try:
-        return int(float(text)) if float(text).is_integer() else _bad_seed(text)
+        return int(text)
     except ValueError:
-        return _bad_seed(text)
-
-
-def _bad_seed(text: str):
-    raise InvalidSettingError(f"seed must be a whole number or blank (random), got {text!r}")
+        return text
 
 
 def sampling_config(s: UISettings) -> SamplingConfig:

@@ -22,9 +22,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from engine.config import SamplingConfig
-from engine.cache.backends import open_store
+from bench.cli import arguments_checked, read_jsonl, whole_number_at_least
+from engine.config import CacheConfig, SamplingConfig
+from engine.cache.backends import StoreUnavailable, is_url, open_store
 from engine.cache.embedder import HashEmbedder, load_default_embedder, normalise_rows
+from engine.cache.records import mask_url
 from engine.cache.semantic_cache import DEFAULT_THRESHOLD, OUTCOMES, SemanticCache, make_scope
 
 EVAL_SCOPE = make_scope("eval-target", "bf16", SamplingConfig(), "", [])
@@ -32,11 +34,7 @@ PLACEHOLDER = "<cached answer>"
 
 
 def load_pairs(path: str | Path) -> list[dict]:
-    pairs = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    for i, p in enumerate(pairs, 1):
-        if not {"a", "b", "same"} <= p.keys():
-            raise ValueError(f"{path}:{i}: each line needs keys a, b, same")
-    return pairs
+    return read_jsonl(path, ("a", "b", "same"))
 
 
 def precision_recall(predicted: list[bool], truth: list[bool]) -> tuple[float | None, float | None]:
@@ -212,6 +210,22 @@ def format_latency(r: dict) -> str:
     return "\n".join(lines)
 
 
+def check_cache_url(url: str) -> None:
+    """A Redis URL that answers now; ValueError (InvalidSettingError for a malformed URL) says why not, the
+    password masked."""
+    if not is_url(url):
+        raise ValueError(f"--cache-url: expected redis://, rediss:// or unix://, got {mask_url(url)}")
+    store = open_store(url, namespace="speclens-eval-probe")
+    try:
+        store.count()
+    except StoreUnavailable as err:
+        cause = err.__cause__ or err
+        raise ValueError(f"--cache-url {mask_url(url)}: Redis cannot be used ({type(cause).__name__}: "
+                         f"{cause})") from None
+    finally:
+        store.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -220,27 +234,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the full report here")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
     parser.add_argument("--latency", action="store_true", help="measure lookup latency")
-    parser.add_argument("--entries", type=int, default=10_000, help="cache size for --latency")
+    parser.add_argument("--entries", type=whole_number_at_least(1), default=10_000, help="cache size for --latency")
     parser.add_argument("--cache-url", help="run against Redis (redis://[:password@]host:port/db) instead of disk")
     parser.add_argument("--judge", metavar="MODEL", help="paraphrase judge model for direct mode (a built-in name)")
     parser.add_argument("--judge-threshold", type=float, help="P(yes) the judge needs (default: its calibrated one)")
     args = parser.parse_args(argv)
     if not args.pairs and not args.latency:
         parser.error("give --pairs FILE.jsonl and/or --latency")
+    with arguments_checked(parser):  # all of them, before anything loads
+        CacheConfig(mode="direct", threshold=args.threshold)
+        pairs = load_pairs(args.pairs) if args.pairs else None
+        judge_threshold = _judge_threshold(args) if args.judge else None
+        if args.cache_url:
+            check_cache_url(args.cache_url)
     report = {}
-    if args.pairs:
+    if pairs is not None:
         judge = None
         if args.judge:
-            from engine.cache.judge import YES_THRESHOLDS, LLMJudge
+            from engine.cache.judge import LLMJudge
             from engine.models.loading import load_model, quiet_library_logs
 
-            threshold = args.judge_threshold if args.judge_threshold is not None else YES_THRESHOLDS.get(args.judge)
-            if threshold is None:
-                parser.error(f"{args.judge} has no calibrated judge threshold: give --judge-threshold")
             quiet_library_logs()
-            judge = LLMJudge(load_model(args.judge, role="target"), threshold)
-        report["pairs"] = evaluate_pairs(load_pairs(args.pairs), load_default_embedder(), args.threshold,
-                                         cache_url=args.cache_url, judge=judge)
+            judge = LLMJudge(load_model(args.judge, role="target"), judge_threshold)
+        report["pairs"] = evaluate_pairs(pairs, load_default_embedder(), args.threshold, cache_url=args.cache_url,
+                                         judge=judge)
         print(format_report(report["pairs"]))
     if args.latency:
         report["latency"] = measure_latency(args.entries, cache_url=args.cache_url)
@@ -249,6 +266,17 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(report, indent=2))
     return 0
 
+
+def _judge_threshold(args) -> float:
+    """The judge model's name checked, and the P(yes) it needs: ``--judge-threshold`` or its calibrated one."""
+    from engine.cache.judge import YES_THRESHOLDS
+    from engine.models.loading import check_source
+
+    check_source(args.judge)
+    threshold = args.judge_threshold if args.judge_threshold is not None else YES_THRESHOLDS.get(args.judge)
+    if threshold is None:
+        raise ValueError(f"{args.judge} has no calibrated judge threshold: give --judge-threshold")
+    return threshold
 
 if __name__ == "__main__":
     raise SystemExit(main())

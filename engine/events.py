@@ -28,7 +28,9 @@ class TokenEvent:
     q_draft: float | None = None  # draft probability of this token; None for one-hot drafts and non-draft tokens
     draft_pos: int | None = None  # position inside the draft (0-based) for accepted/corrected tokens
     rejected_token_id: int | None = None  # the draft token the target replaced (kind == "corrected")
-    rejected_text: str | None = None
+    rejected_text: str | None = None  # a special token by its name, e.g. "<|im_end|>"
+    # the rejected draft token is special: "end" (it would have ended the answer), "control" (any other), else None
+    rejected_special: str | None = None
     type: str = "token"
 
     def to_dict(self) -> dict:

@@ -63,3 +63,27 @@ def launched(cache_dir: Path, *args: str):
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@contextmanager
+def serving(app):
+    """An ASGI ``app`` served by uvicorn on a free port, in a thread of this process; yields its URL (ending in
+    "/"). For the server's own behaviour (auth, disconnects) on fake engines, without launch.py's model load."""
+    import threading
+
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            pytest.fail("the test server did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=20)

@@ -288,7 +288,14 @@ def test_bad_input_shows_errors_and_the_app_keeps_working(page):
     set_number(page, "k", 0)
     send(page, "hello")
     expect_error(page, "k (draft length)")
+    set_number(page, "k", 2.5)  # refused with the engine's message, not rounded to 2
+    send(page, "hello")
+    expect_error(page, "got 2.5")
     set_number(page, "k", 4)
+    set_number(page, "max-new-tokens", 3.5)
+    send(page, "hello")
+    expect_error(page, "max_new_tokens must be a whole number")
+    set_number(page, "max-new-tokens", 16)
 
     for field, value in (("target", "no-such-model"), ("target", "smollm2-135m-instruct"),
                          ("draft", "qwen2.5-coder-0.5b-instruct")):

@@ -61,6 +61,26 @@ class Utf8Bytes:
         return bytes(ids).decode("utf-8", errors="replace")
 
 
+class SpecialBytes(Utf8Bytes):
+    """Bytes, with 0 as the end token and 1 as another special token; decode hides them unless asked."""
+    all_special_ids = [0, 1]
+    NAMES = {0: "<|im_end|>", 1: "<|im_start|>"}
+
+    def decode(self, ids, skip_special_tokens=True, clean_up_tokenization_spaces=False):
+        return "".join("" if skip_special_tokens else self.NAMES[i] if i in self.NAMES else chr(i) for i in ids)
+
+
+@pytest.mark.parametrize("stop_on_eos", [True, False])
+def test_a_rejected_special_draft_token_is_named_and_marked(stop_on_eos):
+    stream = TokenStream(SpecialBytes(), frozenset({0}), 10, stop_on_eos=stop_on_eos)
+    ended = stream.emit(ord("a"), "corrected", 0, rejected_token_id=0)
+    other = stream.emit(ord("b"), "corrected", 1, rejected_token_id=1)
+    plain = stream.emit(ord("c"), "corrected", 2, rejected_token_id=ord("x"))
+    assert (ended.rejected_text, ended.rejected_special) == ("<|im_end|>", "end")
+    assert (other.rejected_text, other.rejected_special) == ("<|im_start|>", "control")
+    assert (plain.rejected_text, plain.rejected_special) == ("x", None)
+
+
 @pytest.mark.parametrize("text", ["ok 🎉 done", "שלום עולם"])
 def test_done_text_is_the_streamed_text_when_the_limit_cuts_a_character(text):
     data = text.encode()

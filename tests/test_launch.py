@@ -129,3 +129,31 @@ def test_a_bad_cache_url_or_namespace_ends_with_a_message(launch, tmp_path, url,
     with pytest.raises(SystemExit, match=message) as stop:
         launch.open_semantic_cache(tmp_path, url, namespace)
     assert "hunter2" not in str(stop.value)
+
+
+# ---- secrets: from the environment or a file, so they stay out of the command line (ps shows it to everyone)
+@pytest.mark.parametrize("name, env", [("api_key", "SPECLENS_API_KEY"), ("cache_url", "SPECLENS_CACHE_URL")])
+def test_secrets_come_from_a_file_or_the_environment(launch, monkeypatch, tmp_path, name, env):
+    option = "--" + name.replace("_", "-")
+    secret = "redis://:hunter2@cache-host:6379/0" if name == "cache_url" else "s3cret key"
+    (tmp_path / "secret").write_text(secret + "\n")
+    monkeypatch.delenv(env, raising=False)
+    assert getattr(launch.parse_args([]), name) is None
+    assert getattr(launch.parse_args([f"{option}-file", str(tmp_path / "secret")]), name) == secret
+    monkeypatch.setenv(env, "from-the-environment")
+    assert getattr(launch.parse_args([]), name) == "from-the-environment"
+    assert getattr(launch.parse_args([f"{option}-file", str(tmp_path / "secret")]), name) == secret
+    assert getattr(launch.parse_args([option, "given"]), name) == "given"
+
+
+@pytest.mark.parametrize("problem", ["missing", "empty", "both"])
+def test_a_secret_file_that_cannot_be_used_ends_with_a_message(launch, tmp_path, capsys, problem):
+    path = tmp_path / "key"
+    if problem != "missing":
+        path.write_text("" if problem == "empty" else "k")
+    extra = ["--api-key", "k"] if problem == "both" else []
+    with pytest.raises(SystemExit) as stop:
+        launch.parse_args(["--api-key-file", str(path), *extra])
+    assert stop.value.code == 2
+    message = capsys.readouterr().err.splitlines()[-1]
+    assert message.startswith("launch.py: error: ") and "--api-key" in message, message

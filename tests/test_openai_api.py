@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import json
+import socket
+import threading
+import time
+import urllib.request
 
 import pytest
 from fastapi import FastAPI
@@ -174,6 +178,98 @@ def test_malformed_json_is_a_422_not_a_500():
     assert r.status_code == 422 and "error" in r.json()
 
 
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+def test_a_limit_of_zero_tokens_is_refused_as_openai_does_not_taken_as_unset(field):
+    c, engine = client()
+    r = c.post("/v1/chat/completions", json=ask(**{field: 0}))
+    assert r.status_code == 400, r.text
+    assert "max_new_tokens" in r.json()["error"]["message"] and "got 0" in r.json()["error"]["message"]
+    assert engine.calls == []  # refused before the engine was asked
+
+
+def test_the_key_is_checked_before_the_request_is_read():
+    """Without the key nothing about the request matters: malformed JSON, a bad field, an unknown route: 401."""
+    c, engine = client(api_key="s3cret")
+    for method, path, body in [("POST", "/v1/chat/completions", b"{not json"),
+                               ("POST", "/v1/chat/completions", json.dumps({"model": "tgt"}).encode()),
+                               ("GET", "/v1/no-such-route", None)]:
+        r = c.request(method, path, content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key", (path, body, r.text)
+    keyed = {"content-type": "application/json", "Authorization": "Bearer s3cret"}
+    assert c.post("/v1/chat/completions", content=b"{not json", headers=keyed).status_code == 422
+    assert engine.calls == []
+
+
+def _server_with_ui(api_key=None):
+    """The real server (create_server): the /v1 routes with a Gradio UI mounted at "/" behind them."""
+    import gradio as gr
+    from app.openai_api import create_server
+
+    engine = FakeEngine()
+    with gr.Blocks() as demo:
+        gr.Markdown("the UI")
+    return create_server(AppContext(engine), demo, api_key), engine
+
+
+@pytest.mark.parametrize("method, path, status, allow", [
+    ("GET", "/v1/no-such-route", 404, None),
+    ("POST", "/v1/completions", 404, None),
+    ("GET", "/v1", 404, None),
+    ("POST", "/v1/models", 405, "GET"),
+    ("GET", "/v1/chat/completions", 405, "POST"),
+])
+def test_unknown_routes_and_wrong_methods_under_v1_get_openai_errors_not_the_ui(method, path, status, allow):
+    app, _ = _server_with_ui()
+    with TestClient(app, raise_server_exceptions=False) as c:
+        r = c.request(method, path)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and path in error["message"]
+    assert r.headers.get("allow") == allow
+
+
+class EndlessEngine(FakeEngine):
+    """Yields tokens until cancelled; says when it started and when its generation ended, and how."""
+
+    def __init__(self):
+        super().__init__()
+        self.started, self.stopped, self.finish = threading.Event(), threading.Event(), None
+
+    def generate(self, messages, sampling, spec, *, cache=DEFAULT_CACHE, cancel=None):
+        self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache))
+        yield CacheEvent("off")
+        n = 0
+        try:
+            while not cancel.is_set():
+                yield tok("la ", "target", n)
+                n += 1
+                self.started.set()
+                time.sleep(0.01)  # a step's worth of work
+            self.finish = "cancelled"
+            yield DoneEvent("cancelled", "la " * n, tuple(range(n)), StatsEvent(1, n, 0, 0, 0.1, 4),
+                            prompt_tokens=self.PROMPT_TOKENS)
+        finally:
+            self.stopped.set()
+
+
+def test_a_client_that_leaves_stops_a_non_streamed_generation():
+    """A real server and a client that sends its request, waits until the answer is being generated, and hangs
+    up: the generation must end (before the fix it ran on to max_tokens with nobody to read it)."""
+    from tests.server import serving
+
+    engine = EndlessEngine()
+    app = add_openai_routes(FastAPI(), AppContext(engine))
+    body = json.dumps(ask(max_tokens=8000)).encode()
+    with serving(app) as url:
+        port = int(url.rstrip("/").rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port)) as conn:
+            conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            assert engine.started.wait(60), "the generation never started"
+        assert engine.stopped.wait(60), "the generation went on after its client left"
+        assert engine.finish == "cancelled"
+
+
 def test_api_key_is_required_when_set():
     c, _ = client(api_key="s3cret")
     assert c.get("/v1/models").status_code == 401
@@ -186,12 +282,22 @@ def test_api_key_is_required_when_set():
 KEY = "test-key-123"
 
 
+class LiveUrl(str):
+    """The server's URL, and its log file as ``.log``."""
+
+
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory):
+    """launch.py with the key from a file (so it is not on the command line); the log is at launch.log."""
     from tests.server import SMOL_PAIR, launched
 
-    with launched(tmp_path_factory.mktemp("speclens-api"), *SMOL_PAIR, "--api-key", KEY) as url:
-        yield url
+    cache_dir = tmp_path_factory.mktemp("speclens-api")
+    key_file = tmp_path_factory.mktemp("secrets") / "api-key"
+    key_file.write_text(KEY + "\n")
+    with launched(cache_dir, *SMOL_PAIR, "--api-key-file", str(key_file)) as url:
+        live = LiveUrl(url)
+        live.log = cache_dir / "launch.log"
+        yield live
 
 
 @pytest.mark.real
@@ -200,8 +306,8 @@ def test_openai_client_chats_like_the_app(live_server):
     from gradio_client import Client
 
     prompt, n = "Write a Python function that adds two numbers.", 24
-    expected = Client(live_server, verbose=False).predict(prompt, max_new_tokens=n, temperature=0.0, cache=False,
-                                                          api_name="/chat")["text"]
+    expected = Client(live_server, auth=("me", KEY), verbose=False).predict(
+        prompt, max_new_tokens=n, temperature=0.0, cache=False, api_name="/chat")["text"]
     client = openai.OpenAI(base_url=f"{live_server}v1", api_key=KEY)
     assert [m.id for m in client.models.list().data] == ["smollm2-135m-instruct"] * 2
     messages = [{"role": "user", "content": prompt}]
@@ -219,3 +325,26 @@ def test_openai_client_chats_like_the_app(live_server):
         client.chat.completions.create(model="x", messages=[{"role": "user", "content": "   "}])
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"{live_server}v1", api_key="wrong").models.list()
+
+
+@pytest.mark.real
+def test_a_client_that_leaves_stops_its_answer_on_the_real_server(live_server):
+    """launch.py on real weights: a non-streamed request whose client hangs up stops generating (the server
+    logs how many tokens it made, fewer than asked) and the server goes on answering."""
+    port = int(live_server.rstrip("/").rsplit(":", 1)[1])
+    prompt = "Count from 1 to 5000, one number per line."
+    body = json.dumps(ask(max_tokens=4000, temperature=0, messages=[{"role": "user", "content": prompt}])).encode()
+    before = live_server.log.read_text().count("the client left")
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+                     b"Authorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s" % (KEY.encode(), len(body), body))
+        time.sleep(3)  # pacing only, so the request is read and generating before the hang-up; nothing is timed
+    deadline = time.monotonic() + 300
+    while live_server.log.read_text().count("the client left") == before:
+        assert time.monotonic() < deadline, "the generation did not stop after its client left"
+        time.sleep(0.5)
+    line = [x for x in live_server.log.read_text().splitlines() if "the client left" in x][-1]
+    assert int(line.split("stopped after ")[1].split()[0]) < 4000, line
+    models = urllib.request.Request(f"{live_server}v1/models", headers={"Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(models, timeout=60) as r:
+        assert r.status == 200

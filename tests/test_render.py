@@ -210,6 +210,29 @@ def test_settings_validation_comes_from_the_engine_configs():
         sampling_config(UISettings(seed="abc"))
 
 
+def test_the_ui_passes_numbers_as_typed_and_the_engine_refuses_what_is_not_whole():
+    """What the browser sends goes through each control's own preprocessing (as Gradio does), then to the engine's
+    configs: no rounding on the way, so the engine's message is what the user reads."""
+    from app.components import create_decoding_panel
+    from engine.config import SpecConfig
+
+    with gr.Blocks():
+        panel = create_decoding_panel()
+    seed = panel["seed"].preprocess(" 12345678901234567 ")
+    assert sampling_config(UISettings(seed=seed)).seed == 12345678901234567  # not ...568 (through a float)
+    assert spec_config(UISettings(k=panel["k"].preprocess(16))).k == 16
+    assert sampling_config(UISettings(max_new_tokens=panel["max_new_tokens"].preprocess(16.0))).max_new_tokens == 16
+    for field, typed, engine_check in [("k", 2.5, lambda: SpecConfig(k=2.5)),
+                                       ("max_new_tokens", 3.5, lambda: SamplingConfig(max_new_tokens=3.5)),
+                                       ("seed", "1.5", lambda: SamplingConfig(seed="1.5"))]:
+        settings = UISettings(**{field: panel[field].preprocess(typed)})
+        with pytest.raises(InvalidSettingError) as ui_error:
+            (spec_config if field == "k" else sampling_config)(settings)
+        with pytest.raises(InvalidSettingError) as engine_error:
+            engine_check()
+        assert str(ui_error.value) == str(engine_error.value)
+
+
 class FakeEngine:
     """Replays hand-made events; its cache holds one hostile entry. The whole EngineSurface, nothing else (see
     test_fakes_and_the_engine_have_exactly_the_surface)."""
@@ -558,6 +581,22 @@ def test_rejected_ghost_and_tooltip_survive_in_the_markdown_view():
     assert '<span class="tok tok-rejected" title="rejected draft token">RJ</span>' in html
     assert html.count("tok-rejected") == 1  # once per token, though the token shows in several pieces
     assert "p_target 0.900" in html and "rejected draft token &#x27;RJ&#x27;" in html
+
+
+@pytest.mark.parametrize("view", ["tokens", "markdown"])
+def test_a_rejected_special_token_is_a_small_named_badge_escaped(view):
+    def shown(rejected: str, special: str | None) -> str:
+        ev = tok("Hi", "corrected", rejected_token_id=7, rejected_text=rejected, rejected_special=special)
+        return render_token(ev) if view == "tokens" else render_markdown([ev])
+
+    end = shown("<|im_end|>", "end")
+    assert '<span class="tok tok-rejected tok-special" title="rejected draft token &lt;|im_end|&gt;">end of answer' \
+           "</span>" in end
+    assert "<|im_end|>" not in end
+    other = shown("<|im_start|><b>", "control")  # any other special token: its own name, escaped
+    assert ">&lt;|im_start|&gt;&lt;b&gt;</span>" in other and "<b>" not in other and "tok-special" in other
+    plain = shown("<|im_end|>", None)  # text that only looks like one stays struck-through text
+    assert "tok-special" not in plain and "&lt;|im_end|&gt;</span>" in plain
 
 
 @pytest.mark.parametrize("evil", [SCRIPT, IMG, "<a href='x' onclick='alert(1)'>x</a>", "```\n<script>x</script>\n```"])

@@ -18,6 +18,8 @@ class TokenStream:
         self.detok = IncrementalDetokenizer(tokenizer)
         self.prompt_tokens = prompt_tokens  # the prompt this answers (chat template included), for usage
         self.eos_ids = eos_ids if stop_on_eos else frozenset()
+        self.end_ids = eos_ids  # what a rejected draft token is called: "end" even when the answer may go on
+        self.special_ids = frozenset(getattr(tokenizer, "all_special_ids", None) or ())
         self.max_new_tokens = max_new_tokens
         self.token_ids: list[int] = []
         self.finish_reason: str | None = None
@@ -47,9 +49,16 @@ class TokenStream:
         if len(self.token_ids) >= self.max_new_tokens:
             self.finish_reason = "length"
         if info.get("rejected_token_id") is not None:
-            info["rejected_text"] = self.detok.tokenizer.decode([info["rejected_token_id"]])
+            info.update(self._rejected(info["rejected_token_id"]))
         return TokenEvent(token_id=token_id, text=self.detok.push(token_id), kind=kind, step=step,
                           t=time.perf_counter() - self.t0, **info)
+
+    def _rejected(self, token_id: int) -> dict:
+        """The rejected draft token's text (a special token by its name, e.g. ``<|im_end|>``) and what kind of
+        special token it is: "end" (it would have ended the answer), "control" (another special token) or None."""
+        special = "end" if token_id in self.end_ids else "control" if token_id in self.special_ids else None
+        text = self.detok.tokenizer.decode([token_id], skip_special_tokens=False)
+        return {"rejected_text": text, "rejected_special": special}
 
     def done(self, stats: StatsEvent) -> DoneEvent:
         """The final event; its text is exactly the streamed pieces joined."""

@@ -62,22 +62,41 @@ def resolve_precision(precision: str | None, device: torch.device, role: str = "
     return default_precision(device, role) if precision == AUTO else precision
 
 
-def resolve_source(name: str, cache_dir: Path | None = None) -> str:
-    """A directory or hub id that ``from_pretrained`` understands, converting GGUF files on first use into
-    ``cache_dir`` (default: :func:`engine.models.catalog.cache_root`)."""
+def source_kind(name: str) -> tuple[str, str | Path]:
+    """How a model name is read, without converting or loading anything: ("builtin", name), ("gguf", path) for
+    a GGUF file (its magic bytes checked), ("dir", path) for a local HF directory or ("hub", id). Raises
+    UnknownModelError for anything else and ModelFormatError for a ``.gguf`` that is not GGUF."""
     name = name.strip()
     if name in BUILTIN_MODELS:
-        return str(builtin_dir(name, cache_dir))
+        return "builtin", name
     path = Path(os.path.expanduser(name))
     if path.is_file() and path.suffix == ".gguf":
         check_gguf_file(path)  # before any conversion starts
-        return str(user_gguf_dir(path, cache_dir))
+        return "gguf", path
     if path.is_dir() and (path / "config.json").exists():
-        return str(path)
-    looks_like_hub_id = name.count("/") == 1 and not path.exists() and all(name.split("/"))
-    if looks_like_hub_id:
-        return hub_source(name)
+        return "dir", path
+    if name.count("/") == 1 and not path.exists() and all(name.split("/")):
+        return "hub", name
     raise _unknown(name)
+
+
+def check_source(name: str) -> None:
+    """Everything :func:`resolve_source` would refuse, found in milliseconds (the command-line tools check their
+    model names with it before loading anything): a hub id must also be in the local cache."""
+    kind, where = source_kind(name)
+    if kind == "hub":
+        hub_source(str(where))
+
+
+def resolve_source(name: str, cache_dir: Path | None = None) -> str:
+    """A directory or hub id that ``from_pretrained`` understands, converting GGUF files on first use into
+    ``cache_dir`` (default: :func:`engine.models.catalog.cache_root`)."""
+    kind, where = source_kind(name)
+    if kind == "builtin":
+        return str(builtin_dir(str(where), cache_dir))
+    if kind == "gguf":
+        return str(user_gguf_dir(Path(where), cache_dir))
+    return str(where) if kind == "dir" else hub_source(str(where))
 
 
 def _unknown(name: str) -> UnknownModelError:

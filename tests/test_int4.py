@@ -87,16 +87,18 @@ def test_the_grid_read_from_a_gguf_dequantises_to_ggufs_own_values(name, kind):
 
 
 @pytest.mark.real
-def test_a_gguf_model_keeps_the_files_grid_in_every_4bit_layer(real_models):
+def test_a_gguf_model_keeps_the_files_grid_in_every_4bit_layer():
     import gguf
 
     from engine.models.catalog import model_gguf
     from engine.models.int8_weight import Int8WeightLinear
-    layers = dict(real_models.model(SMOL, "int4").model.named_modules())
+    from engine.models.loading import load_model
+    model = load_model(SMOL, "bf16").model
+    counts = quantize_int4(model, model_gguf(SMOL), fuse=False)
+    assert counts == {"gguf": 210, "int8": 1, "groups": 0}  # 30 layers x 7 projections, all Q4_1; the head
+    layers = dict(model.named_modules())
     q_proj = layers["model.layers.3.self_attn.q_proj"]  # llama's q rows are permuted in the file: un-permuted here
-    assert isinstance(q_proj, Int4WeightLinear)
-    assert isinstance(layers["lm_head"], Int8WeightLinear)
-    assert sum(isinstance(m, Int4WeightLinear) for m in layers.values()) == 210  # 30 layers x 7, all Q4_1
+    assert isinstance(q_proj, Int4WeightLinear) and isinstance(layers["lm_head"], Int8WeightLinear)
     reader = gguf.GGUFReader(str(model_gguf(SMOL)))
     tensor = next(t for t in reader.tensors if t.name == "blk.3.attn_q.weight")
     grid = dequantize_groups(*gguf_affine_groups(tensor))  # the file's rows, permuted

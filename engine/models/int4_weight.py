@@ -96,33 +96,69 @@ def dequantize_groups(q: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor
     return (scale[..., None] * groups - offset[..., None]).reshape(rows, -1)
 
 
-def quantize_int4(model: torch.nn.Module, gguf_path=None, requantize: bool = False) -> dict[str, int]:
-    """Replace the nn.Linear layers of a bf16 model in place; returns how many layers took each path.
+def quantize_int4(model: torch.nn.Module, gguf_path=None, requantize: bool = False, fuse: bool = True) -> dict[str, int]:
+    """Replace the nn.Linear layers of a bf16 model in place; returns how many projections took each path.
 
     - ``gguf``: the layer's tensor is Q4_K or Q4_1 in ``gguf_path``: the file's own grid (checked to give the very
       bf16 weights the model was converted to; otherwise the layer is quantised group-wise and counted ``groups``);
     - ``int8``: the output head, and tensors the file keeps at higher precision (Q6_K, Q8_0, Q5_0, ...) unless
       ``requantize``: int8-weight rows (engine/models/int8_weight.py);
     - ``groups``: everything else, group-wise 4-bit from the bf16 weights (:func:`affine_groups`).
+    With ``fuse``, q/k/v and gate/up of a decoder layer become one matmul each where their parts are of one
+    kind (engine/models/fuse.py): the same numbers, fewer calls.
     """
-    from engine.models.int8_weight import Int8WeightLinear
-
     grids = _gguf_grids(model, gguf_path) if gguf_path is not None else {}
     counts = {"gguf": 0, "int8": 0, "groups": 0}
     head = model.get_output_embeddings()
+    parts = {}
     for name, linear in [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]:
         grid = grids.get(name)
         if grid is not None and torch.equal(dequantize_groups(*grid).to(torch.bfloat16), linear.weight.detach()):
-            layer, path = Int4WeightLinear(*grid, linear.bias), "gguf"
+            parts[name], path = ("int4", grid, linear.bias), "gguf"
         elif linear is head or (gguf_path is not None and name not in grids and not requantize) \
                 or linear.in_features % GROUP:
-            layer, path = Int8WeightLinear(linear), "int8"
+            parts[name], path = ("int8", linear), "int8"
         else:
-            layer, path = Int4WeightLinear(*affine_groups(linear.weight), linear.bias), "groups"
-        parent, _, attr = name.rpartition(".")
-        setattr(model.get_submodule(parent), attr, layer)
+            parts[name], path = ("int4", affine_groups(linear.weight), linear.bias), "groups"
         counts[path] += 1
+    if fuse:
+        _fuse_layers(model, parts)
+    for name, part in parts.items():
+        parent, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent), attr, build(part))
     return counts
+
+
+def build(part: tuple) -> torch.nn.Module:
+    """The layer of a part (engine/models/fuse.py): an Int4WeightLinear or an Int8WeightLinear."""
+    from engine.models.int8_weight import Int8WeightLinear
+
+    return Int4WeightLinear(*part[1], part[2]) if part[0] == "int4" else Int8WeightLinear(part[1])
+
+
+def _fuse_layers(model: torch.nn.Module, parts: dict[str, tuple]) -> None:
+    """Swap in FusedQKV / FusedMLP where a layer's projections are parts of one kind; their parts leave ``parts``."""
+    from engine.models.fuse import GATE_UP, QKV, FusedMLP, FusedQKV, QKVSlice, concat_parts
+
+    for name, module in list(model.named_modules()):
+        if all(f"{name}.{p}" in parts for p in QKV):
+            group = [parts[f"{name}.{p}"] for p in QKV]
+            if len({g[0] for g in group}) == 1:
+                sizes = tuple(getattr(module, p).out_features for p in QKV)
+                fused = FusedQKV(build(concat_parts(group)), sizes)
+                module.qkv = fused
+                for index, proj in enumerate(QKV):
+                    setattr(module, proj, QKVSlice(fused, index))
+                    del parts[f"{name}.{proj}"]
+        if all(f"{name}.{p}" in parts for p in GATE_UP) and hasattr(module, "act_fn"):
+            group = [parts[f"{name}.{p}"] for p in GATE_UP]
+            if len({g[0] for g in group}) == 1:
+                parent, _, attr = name.rpartition(".")
+                down = parts.pop(f"{name}.down_proj")
+                setattr(model.get_submodule(parent), attr, FusedMLP(build(concat_parts(group)), build(down),
+                                                                    module.act_fn, module.gate_proj.out_features))
+                for proj in GATE_UP:
+                    del parts[f"{name}.{proj}"]
 
 
 def _gguf_grids(model: torch.nn.Module, gguf_path) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:

@@ -1,0 +1,110 @@
+"""Time outside the model forwards: what Python, sampling, verification and detokenising add to each step.
+
+python -m bench.overhead [--target NAME] [--draft NAME] [--dtype auto] [--draft-dtype auto]
+                         [--modes target,default] [--max-new-tokens 64] [--prompts FILE.jsonl]
+
+Forward hooks on both models time every forward (from the call to its logits); the rest of each generation's
+wall time is overhead. Printed per mode: steps, ms per step, ms of forwards per step, ms outside them per step,
+and that share of the step (the bar: under 10%).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from bench.cli import arguments_checked, read_jsonl
+from engine.chat_engine import ChatEngine
+from engine.config import CACHE_OFF, DEFAULT_SPEC, SamplingConfig, check_precision
+from engine.events import final_done
+from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
+from engine.models.loading import check_source, quiet_library_logs
+
+PROMPTS = ("Write a Python function that returns the n-th Fibonacci number.",
+           "Explain what a hash map is in two sentences.")
+
+
+@dataclass(frozen=True)
+class Overhead:
+    mode: str
+    steps: int
+    seconds: float
+    forward_s: float
+
+    @property
+    def share(self) -> float:
+        return 1 - self.forward_s / self.seconds if self.seconds else 0.0
+
+    def row(self) -> str:
+        per = 1e3 / max(self.steps, 1)
+        return (f"{self.mode:<10} {self.steps:>6} {self.seconds * per:>10.1f} {self.forward_s * per:>12.1f} "
+                f"{(self.seconds - self.forward_s) * per:>13.2f} {self.share:>8.1%}")
+
+
+@contextmanager
+def forward_clock(*models):
+    """Seconds spent inside the forwards of ``models`` (a one-item list, read after the block)."""
+    total, started, handles = [0.0], {}, []
+    for model in models:
+        handles.append(model.register_forward_pre_hook(lambda m, args: started.__setitem__(id(m), time.perf_counter())))
+        handles.append(model.register_forward_hook(
+            lambda m, args, out: total.__setitem__(0, total[0] + time.perf_counter() - started.pop(id(m)))))
+    try:
+        yield total
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def measure(engine: ChatEngine, prompts: list[str], modes: list[str], max_new_tokens: int) -> list[Overhead]:
+    sampling = SamplingConfig(max_new_tokens=max_new_tokens)
+    runs = {"target": lambda m: engine.generate_reference(m, sampling),
+            "default": lambda m: engine.generate(m, sampling, DEFAULT_SPEC, cache=CACHE_OFF)}
+    rows = []
+    for mode in modes:
+        final_done(runs[mode]([{"role": "user", "content": "Say hello."}]))  # warm-up
+        steps, seconds, forward_s = 0, 0.0, 0.0
+        for prompt in prompts:
+            with forward_clock(engine.target.model, engine.draft.model) as inside:
+                start = time.perf_counter()
+                done = final_done(runs[mode]([{"role": "user", "content": prompt}]))
+                seconds += time.perf_counter() - start
+            steps += done.stats.steps
+            forward_s += inside[0]
+        rows.append(Overhead(mode, steps, seconds, forward_s))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default=DEFAULT_TARGET)
+    parser.add_argument("--draft", default=DEFAULT_DRAFT)
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--draft-dtype", default="auto")
+    parser.add_argument("--modes", default="target,default", help="target and/or default")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--prompts", help="JSONL with a prompt per line (default: two built-in prompts)")
+    args = parser.parse_args(argv)
+    with arguments_checked(parser):
+        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+        if not modes or set(modes) - {"target", "default"}:
+            raise ValueError(f"--modes takes target and/or default, not {args.modes!r}")
+        SamplingConfig(max_new_tokens=args.max_new_tokens)
+        for precision in (args.dtype, args.draft_dtype):
+            check_precision(precision)
+        for name in (args.target, args.draft):
+            check_source(name)
+        prompts = [p["prompt"] for p in read_jsonl(args.prompts, ("prompt",))] if args.prompts else list(PROMPTS)
+    quiet_library_logs()
+    engine = ChatEngine()
+    info = engine.load_pair(args.target, args.draft, args.dtype, args.draft_dtype)
+    print(f"target {info.target} ({info.target_precision}), draft {info.draft} ({info.draft_precision}); "
+          f"{info.precision_note}", flush=True)
+    print(f"{'mode':<10} {'steps':>6} {'ms/step':>10} {'forwards ms':>12} {'outside ms':>13} {'outside':>8}")
+    for row in measure(engine, prompts, modes, args.max_new_tokens):
+        print(row.row(), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -62,8 +62,10 @@ def _pump(events, turn: Turn, out):
                 yield {out: _side(turn, streaming=event.type != "done")}
 
 
-def race_summary(ref: Turn, spec: Turn, greedy: bool, divergence=None) -> str:
-    """Speeds, speedup and the identity check; a divergence (engine.divergence.Divergence) is explained."""
+def race_summary(ref: Turn, spec: Turn, greedy: bool, divergence=None, bit_identical: bool = False) -> str:
+    """Speeds, speedup and the identity check; a divergence (engine.divergence.Divergence) is explained.
+    ``bit_identical``: the target's precision computes each token alike in any verify shape, so greedy identity
+    is a plain fact, not a matter of ties."""
     if ref.done is None or spec.done is None or "cancelled" in (ref.finish_reason, spec.finish_reason):
         return '<div class="race-summary">Race stopped before both runs finished.</div>'
     r, p = ref.done.stats, spec.done.stats
@@ -71,8 +73,12 @@ def race_summary(ref: Turn, spec: Turn, greedy: bool, divergence=None) -> str:
     if not greedy:
         check = ('<span class="race-na">sampling (temperature &gt; 0): the answers are draws from the same '
                  "distribution, not expected to be identical</span>")
+    elif ref.done.token_ids == spec.done.token_ids and bit_identical:
+        check = (f'<span class="race-ok">✓ bit-identical ({len(ref.done.token_ids)} tokens): the target computes '
+                 "each token the same alone or inside a verify</span>")
     elif ref.done.token_ids == spec.done.token_ids:
-        check = f'<span class="race-ok">✓ identical token ids ({len(ref.done.token_ids)} tokens)</span>'
+        check = (f'<span class="race-ok">✓ identical token ids ({len(ref.done.token_ids)} tokens; this precision is '
+                 "identical up to rounding ties)</span>")
     else:
         first = next((i for i, (a, b) in enumerate(zip(ref.done.token_ids, spec.done.token_ids)) if a != b),
                      min(len(ref.done.token_ids), len(spec.done.token_ids)))
@@ -131,8 +137,10 @@ def _race(ctx: AppContext, elems: dict, prompt: str, s: UISettings, flag):
         spec_events = ctx.engine.generate(messages, sampling, spec_cfg, cache=CACHE_OFF, cancel=flag)
         yield from _pump(spec_events, spec, elems["race_spec"])
     divergence = _explain(ctx, messages, sampling, ref, spec)
-    yield {elems["race_summary"]: race_summary(ref, spec, sampling.greedy, divergence),
-           elems["race_prove"]: gr.update(visible=divergence is not None),
+    bit_identical = bool((ctx.pair() or {}).get("bit_identical"))
+    yield {elems["race_summary"]: race_summary(ref, spec, sampling.greedy, divergence, bit_identical),
+           # fp32 can only settle a rounding tie: where the precision has none, there is nothing to prove
+           elems["race_prove"]: gr.update(visible=divergence is not None and not bit_identical),
            elems["race_trace"]: race_trace(ref, spec, messages, ctx.pair(), s, divergence)}
 
 

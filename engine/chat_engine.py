@@ -21,7 +21,7 @@ from engine.speed.costmodel import StepCosts
 from engine.models.hardware import describe_choice, detect_machine
 from engine.models.prompt import encode_chat
 from engine.config import CACHE_OFF, CacheConfig, SamplingConfig, SpecConfig
-from engine.divergence import Divergence, Fp32Proof, first_divergence
+from engine.divergence import Divergence, Fp32Proof, batch_invariant, first_divergence
 from engine.errors import NoPairError
 from engine.events import Event, final_done
 from engine.speed.kpolicy import AdaptiveK, FixedK, KPolicy
@@ -54,7 +54,8 @@ class Pair:
 
     def info(self) -> PairInfo:
         return PairInfo(self.target.name, self.draft.name, self.target.precision, self.draft.precision,
-                        str(self.target.device), self.precision_note, self.costs)
+                        str(self.target.device), self.precision_note, self.costs,
+                        bit_identical=batch_invariant(self.target))
 
 
 class ChatEngine:

@@ -28,6 +28,13 @@ TIE_STEPS = 8  # a margin up to this many rounding steps is a tie: rounding accu
 _TIE_STEPS_FP32 = 64  # fp32 logits are spaced 2^16 times finer than bf16, the accumulated GEMM error is not
 
 
+def batch_invariant(target: LoadedModel) -> bool:
+    """Whether greedy speculation with this target is bit-for-bit its target-only decoding: an invariant
+    precision on the CPU with eager attention (engine.models.loading.attention_for)."""
+    return (target.precision in BATCH_INVARIANT and target.device.type == "cpu"
+            and getattr(target.model.config, "_attn_implementation", None) == "eager")
+
+
 def tie_steps(precision: str) -> int:
     return _TIE_STEPS_FP32 if precision == "fp32" else TIE_STEPS
 

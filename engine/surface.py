@@ -30,6 +30,9 @@ class PairInfo:
     device: str
     precision_note: str = ""  # why these precisions, e.g. "AVX2 CPU (...) -> target int8-dynamic (auto), ..."
     costs: StepCosts | None = None  # the step costs measured at load
+    # greedy speculative output is bit-for-bit the target's: its kernels compute each token alike in any verify
+    # shape (engine.divergence.BATCH_INVARIANT); False: identical up to rounding ties
+    bit_identical: bool = False
 
 
 @dataclass(frozen=True)

@@ -198,6 +198,15 @@ def test_race_summary_identical_check():
     assert "same distribution" in race_summary(ref, spec2, greedy=False)
 
 
+def test_race_says_bit_identical_only_where_the_precision_is_batch_invariant():
+    ref, spec = Turn(), Turn()
+    ref.add(done((1, 2, 3), stats(elapsed_s=3.0)))
+    spec.add(done((1, 2, 3), stats(elapsed_s=1.0)))
+    assert "bit-identical" in race_summary(ref, spec, greedy=True, bit_identical=True)
+    up_to_ties = race_summary(ref, spec, greedy=True, bit_identical=False)
+    assert "bit-identical" not in up_to_ties and "up to rounding ties" in up_to_ties
+
+
 # -- settings and cache wiring -------------------------------------------------------------------------------
 def test_settings_validation_comes_from_the_engine_configs():
     with pytest.raises(InvalidSettingError):
@@ -713,3 +722,20 @@ def test_race_explains_the_divergence_and_proves_it(tmp_path):
     assert "✓ identical in fp32" in proved["race_proof"] and engine.proved == ([{"role": "user", "content": "q"}],
                                                                                    True, 3)
     assert proved["race_trace"]["fp32_proof"] == {"identical": True}
+
+
+def test_prove_it_is_not_offered_where_the_precision_has_no_ties(tmp_path):
+    """An int4 target on the CPU is batch-invariant: a divergence there cannot be a tie, fp32 cannot settle it."""
+    from dataclasses import replace
+
+    from app.race import run_race
+
+    class InvariantRaceEngine(RaceEngine):
+        def info(self):
+            return replace(super().info(), target_precision="int4", bit_identical=True)
+
+    elems = {n: n for n in ("error_box", "race_summary", "race_target", "race_spec", "race_prove", "race_proof",
+                            "race_trace")}
+    engine = InvariantRaceEngine([CacheEvent("off"), tok("a"), tok("c", "corrected"), stats(), done((1, 3))])
+    last = list(run_race(AppContext(engine, BaselineStore(tmp_path / "b.json")), elems, "q", UISettings(k=3), "s1"))[-1]
+    assert last["race_prove"]["visible"] is False

@@ -105,3 +105,16 @@ def test_a_gguf_model_keeps_the_files_grid_in_every_4bit_layer():
     assert not torch.equal(grid, q_proj.dequantized())
     assert torch.allclose(torch.sort(grid.flatten()).values, torch.sort(q_proj.dequantized().flatten()).values,
                           atol=float(grid.abs().max()) * 2 ** -7)
+
+
+def test_a_quantised_head_trims_to_the_kept_ids_with_the_same_logits():
+    """The fast draft computes logits only for frequent ids; an int8 head (int4 and int8-weight models) cuts too."""
+    from engine.decode.runner import ModelRunner
+    model = tiny_model(0).bfloat16()
+    quantize_int4(model)
+    full, trimmed = ModelRunner(model, 48), ModelRunner(model, 48)
+    kept = [0, 3, 5, 17, 40]
+    trimmed.trim_head(kept)
+    a, b = full.forward([1, 2, 3, 4], n_logits=2), trimmed.forward([1, 2, 3, 4], n_logits=2)
+    assert torch.equal(a[:, kept], b[:, kept])
+    assert torch.isinf(b[:, [1, 2, 4]]).all()

@@ -25,16 +25,21 @@ class ModelRunner:
         self.tokens: list[int] = []
         self.cache = DynamicCache(config=model.config)
         self.head_ids: torch.Tensor | None = None  # with a trimmed head, only these tokens get logits
-        self._head_weight: torch.Tensor | None = None
+        self._head = None  # the trimmed head: hidden (n, hidden) -> logits of head_ids (n, kept)
 
     def trim_head(self, token_ids: list[int] | None) -> None:
         """Compute logits only for ``token_ids`` (others get -inf); None restores the full output head."""
         head = self.model.get_output_embeddings()
-        if token_ids is None or not isinstance(getattr(head, "weight", None), torch.Tensor):
-            self.head_ids = self._head_weight = None  # full head (also for quantised heads: already cheap)
+        plain = isinstance(getattr(head, "weight", None), torch.Tensor)
+        if token_ids is None or not (plain or hasattr(head, "rows")):  # rows(): engine/models/int8_weight.py
+            self.head_ids = self._head = None  # the full head (a head that cannot be cut, e.g. int8-dynamic)
             return
         self.head_ids = torch.tensor(sorted(set(token_ids)), device=self.device)
-        self._head_weight = head.weight[self.head_ids]  # (kept, hidden)
+        if plain:
+            weight = head.weight[self.head_ids]  # (kept, hidden)
+            self._head = lambda hidden: hidden @ weight.T
+        else:
+            self._head = head.rows(self.head_ids)
 
     def reset(self) -> None:
         self.tokens = []
@@ -72,5 +77,5 @@ class ModelRunner:
         self.tokens.extend(input_ids[0].tolist())
         hidden = hidden[0, -n_logits:] if n_logits else hidden[0]  # (n, hidden)
         logits = torch.full((hidden.shape[0], self.vocab_size), float("-inf"))
-        logits[:, self.head_ids.cpu()] = (hidden @ self._head_weight.T).float().cpu()  # (n, kept)
+        logits[:, self.head_ids.cpu()] = self._head(hidden).float().cpu()  # (n, kept)
         return logits

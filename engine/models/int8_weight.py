@@ -31,6 +31,17 @@ class Int8WeightLinear(torch.nn.Module):
         return out.reshape(*shape[:-1], self.out_features)
 
 
+    def rows(self, ids: torch.Tensor) -> Int8WeightLinear:
+        """The layer of only the output rows ``ids`` (a trimmed output head): the same numbers for those rows."""
+        part = Int8WeightLinear.__new__(Int8WeightLinear)
+        torch.nn.Module.__init__(part)
+        part.in_features, part.out_features = self.in_features, len(ids)
+        part.register_buffer("int8_weight", self.int8_weight[ids].contiguous())
+        part.register_buffer("scales", self.scales[ids].contiguous())
+        part.register_buffer("bias", None if self.bias is None else self.bias[ids])
+        return part
+
+
 def quantize_int8_weight(model: torch.nn.Module) -> torch.nn.Module:
     """Replace every nn.Linear of a bf16 model by an Int8WeightLinear, in place (tied heads get their own copy)."""
     for name, child in list(model.named_children()):

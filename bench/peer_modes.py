@@ -7,17 +7,19 @@ from contextlib import ExitStack
 from engine.models.catalog import model_gguf
 from bench.peer import INSTALL_HINT, LlamaServer, ServerConfig, find_llama_server
 
-PEER_MODES = ("llama-cpp", "llama-cpp-spec")  # llama-server, plain and with the draft GGUF (-md)
+# mode -> llama-server's --spec-type: plain, the draft GGUF (draft-simple), n-gram lookup in the context (ngram-mod)
+PEER_MODES: dict[str, str | None] = {"llama-cpp": None, "llama-cpp-spec": "draft-simple",
+                                     "llama-cpp-ngram": "ngram-mod"}
 
 
 def llama_cpp_mode(server: LlamaServer) -> Callable:
     """A bench mode asking a running llama-server for the same prompt tokens, greedy, same max tokens."""
     def run(engine, messages, sampling, spec, item) -> dict:
-        result = server.complete(engine.encode(messages, sampling), sampling.max_new_tokens)
+        result = server.complete(engine.encode(messages), sampling.max_new_tokens)
         tokens = result["tokens"]
         end = next((i for i, t in enumerate(tokens) if t in engine.target.eos_ids), len(tokens))
         timings = result["timings"]
-        drafted = timings.get("draft_n")
+        drafted = timings.get("draft_n")  # absent when the server drafted nothing
         return {"tokens": tokens[:end], "seconds": result["seconds"], "mean_accepted": None,
                 "acceptance_rate": timings.get("draft_n_accepted", 0) / drafted if drafted else None,
                 "server_tokens_per_s": timings.get("predicted_per_second")}
@@ -36,11 +38,14 @@ def start_peers(stack: ExitStack, modes: list[str], target: str, draft: str, bin
            f"the target {target!r} has no GGUF file" if target_gguf is None else None)
     runners = {}
     for mode in wanted:
-        if why is None and mode == "llama-cpp-spec" and draft_gguf is None:
+        spec_type = PEER_MODES[mode]
+        uses_draft = spec_type == "draft-simple"
+        if why is None and uses_draft and draft_gguf is None:
             print(f"[bench] skipping {mode}: the draft {draft!r} has no GGUF file", flush=True)
         elif why is None:
-            config = ServerConfig(found, target_gguf, draft_gguf if mode == "llama-cpp-spec" else None)
-            print(f"[bench] starting llama-server for {mode}: {found}", flush=True)
+            config = ServerConfig(found, target_gguf, spec_type, draft_gguf if uses_draft else None)
+            print(f"[bench] starting llama-server for {mode} (--spec-type {spec_type or 'none'}): {found}",
+                  flush=True)
             runners[mode] = llama_cpp_mode(stack.enter_context(LlamaServer(config)))
         else:
             print(f"[bench] skipping {mode}: {why}", flush=True)

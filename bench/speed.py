@@ -1,11 +1,12 @@
 """Benchmark CLI: the modes interleaved per prompt, greedy, in one run; speedups are relative to ``target``.
 
 python -m bench.speed --prompts FILE.jsonl [--target NAME] [--draft NAME] [--k K|auto] [--max-new-tokens N]
-                       [--modes target,default,llama-cpp,llama-cpp-spec] [--dtype auto] [--draft-dtype auto]
-                       [--llama-server PATH] [--json OUT]
+                       [--modes target,default,llama-cpp,llama-cpp-spec,llama-cpp-ngram] [--dtype auto]
+                       [--draft-dtype auto] [--llama-server PATH] [--json OUT]
 
-Modes ``llama-cpp`` and ``llama-cpp-spec`` run llama.cpp's llama-server (bench.peer) on the same GGUF files
-with the same prompt tokens, 2 threads; they are skipped with a message when no llama-server is found.
+Modes ``llama-cpp`` (plain), ``llama-cpp-spec`` (the draft GGUF) and ``llama-cpp-ngram`` (n-gram lookup) run
+llama.cpp's llama-server (bench.peer_modes) on the same GGUF files with the same prompt tokens, 2 threads; they
+are skipped with a message when no llama-server is found.
 """
 from __future__ import annotations
 

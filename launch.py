@@ -28,10 +28,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--draft", default=None, help="draft model, same forms as --target "
                                                  "(default: qwen2.5-coder-0.5b-instruct)")
     p.add_argument("--target-precision", choices=PRECISIONS, default="auto",
-                   help="precision of the target (default: auto = measured fastest for this machine: nf4 on a GPU, "
-                        "bf16 on AMX CPUs, int8-weight on other CPUs)")
+                   help="precision of the target (default: auto = measured fastest for this machine: on a CUDA GPU "
+                        "bf16 when the pair fits its free memory, else nf4; bf16 on Apple Silicon (MPS); bf16 on "
+                        "AMX CPUs, int8-weight on other CPUs)")
     p.add_argument("--draft-precision", choices=PRECISIONS, default="auto",
-                   help="precision of the draft (default: auto = nf4 on a GPU, int8-dynamic on CPU)")
+                   help="precision of the draft (default: auto = bf16 on a GPU, nf4 when even an nf4 "
+                        "target leaves no room for it; int8-dynamic on CPU)")
     p.add_argument("--api-key", default=os.environ.get("SPECLENS_API_KEY"),
                    help="require 'Authorization: Bearer KEY' on the OpenAI-compatible /v1 routes "
                         "(default: $SPECLENS_API_KEY; unset: no key needed)")

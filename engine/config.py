@@ -16,7 +16,7 @@ from engine.errors import InvalidSettingError
 # int8-weight: int8 weights with bf16 activations (engine/models/int8_weight.py); unlike int8-dynamic, a token's
 # logits do not depend on the other tokens of the forward, so it keeps a target lossless.
 AUTO = "auto"
-PRECISIONS = (AUTO, "bf16", "fp32", "int8", "nf4", "int8-dynamic", "int8-weight")
+PRECISIONS = (AUTO, "bf16", "fp16", "fp32", "int8", "nf4", "int8-dynamic", "int8-weight")
 MAX_K = 64
 MAX_NEW_TOKENS = 8192
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit integer

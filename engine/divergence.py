@@ -17,7 +17,7 @@ from engine.decode.runner import common_prefix
 
 # Explicit mantissa bits of the numbers the logits are computed in, per precision. bnb int8/nf4 compute in bf16;
 # int8-dynamic quantises the activations to 8 bits, at least as coarse as bf16; int8-weight computes in bf16.
-MANTISSA_BITS = {"bf16": 7, "nf4": 7, "int8": 7, "int8-dynamic": 7, "int8-weight": 7, "fp32": 23}
+MANTISSA_BITS = {"bf16": 7, "fp16": 10, "nf4": 7, "int8": 7, "int8-dynamic": 7, "int8-weight": 7, "fp32": 23}
 TIE_STEPS = 4  # a margin up to this many rounding steps is a tie: rounding accumulates over the layers
 
 

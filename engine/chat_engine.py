@@ -20,7 +20,7 @@ from engine.cache import cached_chat
 from engine.cache.judge import LLMJudge, judge_for
 from engine.models.calibrate import calibrate
 from engine.speed.costmodel import StepCosts
-from engine.models.devices import check_target_precision, is_out_of_memory, out_of_memory, release_memory, weight_bytes
+from engine.models.devices import check_target_precision, gpu_bytes, is_out_of_memory, out_of_memory, release_memory
 from engine.models.hardware import describe_choice, detect_machine
 from engine.models.prompt import encode_chat
 from engine.config import AUTO, CACHE_OFF, CacheConfig, SamplingConfig, SpecConfig
@@ -89,7 +89,8 @@ class ChatEngine:
         with self._load_lock:
             current = self.pair
             plan = plan_precisions({"target": (target, target_precision), "draft": (draft, draft_precision)},
-                                   cache_dir=self.cache_dir, reclaimable_bytes=self._gpu_bytes(current))
+                                   cache_dir=self.cache_dir,  # what a switch reuses or frees counts as free
+                                   reclaimable_bytes=gpu_bytes([current.target, current.draft] if current else []))
             check_target_precision(plan.precisions["target"])
             new_target = self._reusable(current and current.target, target, plan.precisions["target"])
             new_draft = self._reusable(current and current.draft, draft, plan.precisions["draft"])
@@ -108,12 +109,6 @@ class ChatEngine:
     @staticmethod
     def _reusable(current: LoadedModel | None, name: str, precision: str) -> LoadedModel | None:
         return current if current is not None and (current.name, current.precision) == (name, precision) else None
-
-    @staticmethod
-    def _gpu_bytes(pair: Pair | None) -> int:
-        """GPU memory held by ``pair``'s weights: a switch reuses or frees it, so auto may count it as free."""
-        models = {} if pair is None else {id(m.model): m for m in (pair.target, pair.draft)}
-        return sum(weight_bytes(m.model) for m in models.values() if m.device.type == "cuda")
 
     def use_models(self, target: LoadedModel, draft: LoadedModel, reason: str = "") -> None:
         """Install already-loaded models (tests, benchmarks): one assignment, after the pair check and a
@@ -189,9 +184,9 @@ class ChatEngine:
                     try:
                         event = next(events, None)
                     except RuntimeError as err:
-                        if not is_out_of_memory(err):
-                            raise
-                        raise _generation_oom(pair) from err
+                        if is_out_of_memory(err):  # what the models take and what to do, not a traceback
+                            raise out_of_memory("while generating", [pair.target, pair.draft]) from err
+                        raise
                 if event is None:
                     return
                 yield event
@@ -293,9 +288,3 @@ class ChatEngine:
     def cache_clear(self) -> None:
         if self.cache is not None:
             self.cache.clear()
-
-
-def _generation_oom(pair: Pair) -> Exception:
-    models = {f"{m.name} ({m.precision})": weight_bytes(m.model) for m in (pair.target, pair.draft)}
-    return out_of_memory("while generating", pair.target.device, models,
-                         "Ask for fewer new tokens or a shorter prompt, or load the pair in nf4 to leave more room.")

@@ -46,7 +46,7 @@ def test_llama_server_peer_runs_in_the_bench_on_the_smollm2_gguf(capsys):
     from engine.chat_engine import ChatEngine
 
     engine = ChatEngine()
-    engine.load_pair(SMOL, SMOL, "fp32", "int8-dynamic")
+    engine.load_pair(SMOL, SMOL, "fp32")  # the draft: what auto picks on this device (int8-dynamic on a CPU)
     modes = ["target", "llama-cpp", "llama-cpp-spec"]
     prompts = [{"id": "square", "kind": "code", "prompt": "Write a Python function that squares a number."}]
     with ExitStack() as stack:

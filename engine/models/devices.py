@@ -201,11 +201,23 @@ def is_out_of_memory(err: BaseException) -> bool:
         isinstance(err, RuntimeError) and "out of memory" in str(err).lower())
 
 
-def out_of_memory(what: str, device: torch.device, models: dict[str, int], instead: str) -> DeviceOutOfMemoryError:
-    """The typed error for an out-of-memory ``what`` (e.g. 'loading the target'): ``models`` maps each model's
-    description to its bytes; ``instead`` says what to choose."""
+def gpu_bytes(loaded: list) -> int:
+    """GPU memory held by the weights of ``loaded`` (LoadedModels; a model shared by two roles counts once)."""
+    models = {id(m.model): m.model for m in loaded if m.device.type == "cuda"}
+    return sum(weight_bytes(model) for model in models.values())
+
+
+GENERATION_INSTEAD = "Ask for fewer new tokens or a shorter prompt, or load the pair in nf4 to leave more room."
+
+
+def out_of_memory(what: str, loaded: list, device: torch.device | None = None,
+                  instead: str = GENERATION_INSTEAD) -> DeviceOutOfMemoryError:
+    """The typed error for an out-of-memory ``what`` (e.g. 'while generating'). ``loaded``: LoadedModels, or
+    (description, bytes) for a model that did not load; ``instead`` says what to choose."""
+    device = device or loaded[0].device
     release_memory(device)
-    sizes = ", ".join(f"{name} {gb(n)}" for name, n in models.items())
+    sizes = ", ".join(f"{m[0]} {gb(m[1])}" if isinstance(m, tuple) else
+                      f"{m.name} ({m.precision}) {gb(weight_bytes(m.model))}" for m in loaded)
     free = ""
     if device.type == "cuda":
         free_bytes, total = gpu_memory(device)

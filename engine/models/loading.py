@@ -181,7 +181,7 @@ def load_model(name: str, precision: str | None = None, device: torch.device | N
         if not devices.is_out_of_memory(err):
             raise
         size = devices.model_size(source)
-        raise devices.out_of_memory(f"loading {name} in {precision}", device, {name: size.bytes(precision)},
+        raise devices.out_of_memory(f"loading {name} in {precision}", [(name, size.bytes(precision))], device,
                                     f"Choose nf4 (about {devices.gb(size.bytes('nf4'))}) or a smaller model.") from err
     if precision == "int8-dynamic":  # in place: a copy would double the fp32 peak
         model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)

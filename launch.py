@@ -149,10 +149,14 @@ def main(argv: list[str] | None = None) -> None:
     from app.context import AppContext
     from app.openai_api import create_server
     from app.ui import build_demo, launch_kwargs
+    from engine.errors import EngineError
 
     ctx = AppContext(engine, BaselineStore(cache_dir / "baselines.json"))
     print("[speclens] measuring the target-only speed (once per target and precision)…", flush=True)
-    baseline = ctx.ensure_baseline()
+    try:
+        baseline = ctx.ensure_baseline()
+    except EngineError as err:  # e.g. the GPU ran out of memory: a sentence with the sizes, not a traceback
+        sys.exit(f"[speclens] could not measure the target-only speed: {err}")
     print(f"[speclens] target-only: {baseline['tokens_per_s']:.1f} tok/s ({baseline['how']})", flush=True)
     demo = build_demo(ctx)
     demo.queue(default_concurrency_limit=1)

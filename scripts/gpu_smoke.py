@@ -119,7 +119,8 @@ def check_judge(ctx):
 def check_calibration(ctx):
     import torch
     from engine.decode.runner import ModelRunner
-    costs, runner, ids = ctx.engine.info().costs, ModelRunner(ctx.engine.target.model, ctx.engine.target.vocab_size), ctx.ids(40)
+    costs, ids = ctx.engine.info().costs, ctx.ids(40)
+    runner = ModelRunner(ctx.engine.target.model, ctx.engine.target.vocab_size)
     runner.forward(ids[:16])
     measured = {}
     for n in (1, 8):

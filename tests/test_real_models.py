@@ -54,7 +54,8 @@ def test_default_draft_precision_stays_lossless_with_the_default_spec():
     from engine.config import CACHE_OFF, DEFAULT_SPEC
     engine = ChatEngine()
     info = engine.load_pair(SMOL, SMOL, "fp32")
-    assert info.draft_precision == plan_precisions({"target": (SMOL, "fp32"), "draft": (SMOL, None)}).precisions["draft"]
+    plan = plan_precisions({"target": (SMOL, "fp32"), "draft": (SMOL, None)})
+    assert info.draft_precision == plan.precisions["draft"]
     if DEVICE == "cpu" and torch.backends.quantized.engine != "none":
         assert info.draft_precision == "int8-dynamic"
     accepted = 0

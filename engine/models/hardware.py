@@ -1,6 +1,6 @@
 """What machine we run on, and the precision ``auto`` picks for it.
 
-The kind comes from detected features only: CUDA, else torch's CPU capability (which follows
+The kind comes from detected features only: CUDA, else MPS, else torch's CPU capability (which follows
 ``ATEN_CPU_CAPABILITY``) and the /proc/cpuinfo flags, capped by ``ONEDNN_MAX_CPU_ISA`` (oneDNN runs the bf16
 matmuls; capped at AVX2 it has no native bf16). ``AUTO_PRECISION`` holds the measured choice per kind
 (``python -m bench.forward``; numbers in the README).
@@ -36,9 +36,9 @@ AUTO_PRECISION: dict[str, tuple[str, str]] = {
     "baseline": ("int8-weight", "int8-dynamic"),
 }
 
-_KIND_LABELS = {"cuda": "CUDA GPU", "mps": "Apple GPU (MPS)", "amx": "AMX CPU", "avx512-bf16": "AVX-512 BF16 CPU (no AMX)",
+_KIND_LABELS = {"cuda": "CUDA GPU", "amx": "AMX CPU", "avx512-bf16": "AVX-512 BF16 CPU (no AMX)",
                 "avx512": "AVX-512 CPU (no native bf16)", "avx2": "AVX2 CPU (no native bf16)",
-                "baseline": "CPU without AVX2"}
+                "baseline": "CPU without AVX2", "mps": "Apple GPU (MPS)"}
 _ISA_RANK = ("SSE41", "AVX", "AVX2", "AVX512", "AMX")  # coarse order of ONEDNN_MAX_CPU_ISA values
 
 

@@ -49,18 +49,13 @@ def default_device() -> torch.device:
     return devices.default_device()
 
 
-def default_precision(device: torch.device, role: str = "target") -> str:
-    """What ``auto`` means on ``device`` for one model, memory aside (``plan_precisions`` looks at that on
-    CUDA): the measured choice for the machine kind (engine.models.hardware.AUTO_PRECISION), made runnable
-    there (fp16 without bf16; bf16 for a draft where torch has no quantized engine)."""
-    return devices.adapt_auto(hardware.auto_precision(hardware.detect_machine(device.type), role), device)[0]
-
-
 def plan_precisions(models: dict[str, tuple[str, str | None]], device: torch.device | None = None,
                     cache_dir: Path | None = None, reclaimable_bytes: int = 0) -> devices.PrecisionPlan:
     """Concrete precisions for ``{role: (name, precision)}`` on ``device``, refused when the device cannot run
     them. ``auto`` on CUDA weighs the models' sizes against the free GPU memory together (plus
-    ``reclaimable_bytes``, the memory of models a switch lets go); elsewhere it is the machine's table."""
+    ``reclaimable_bytes``, the memory of models a switch lets go); elsewhere it is the machine kind's measured
+    choice (engine.models.hardware.AUTO_PRECISION), made runnable there (fp16 without bf16; a bf16 draft where
+    torch has no quantized engine)."""
     device = device or default_device()
     fixed = {role: None if precision in (None, AUTO) else check_precision(precision)
              for role, (_, precision) in models.items()}
@@ -70,21 +65,15 @@ def plan_precisions(models: dict[str, tuple[str, str | None]], device: torch.dev
         plan = devices.choose_gpu_precisions(free + reclaimable_bytes, devices.half_precision(device), sizes, fixed,
                                              devices.gpu_name(device))
     else:
-        chosen, notes = {}, []
+        chosen, notes, machine = {}, [], hardware.detect_machine(device.type)
         for role, precision in fixed.items():
-            auto = hardware.auto_precision(hardware.detect_machine(device.type), role)
+            auto = hardware.auto_precision(machine, role)
             chosen[role], note = (precision, "") if precision else devices.adapt_auto(auto, device)
             notes += [note] if note and note not in notes else []
         plan = devices.PrecisionPlan(chosen, "; ".join(notes))
     for precision in plan.precisions.values():
         devices.check_device_precision(precision, device)
     return plan
-
-
-def resolve_precision(precision: str | None, device: torch.device, role: str = "target") -> str:
-    """A concrete precision: ``None`` and ``auto`` become this machine's default for ``role``."""
-    precision = check_precision(precision or AUTO)
-    return default_precision(device, role) if precision == AUTO else precision
 
 
 def resolve_source(name: str, cache_dir: Path | None = None) -> str:

@@ -32,10 +32,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--draft", default=None, help="draft model, same forms as --target "
                                                  "(default: qwen2.5-coder-0.5b-instruct)")
     p.add_argument("--target-precision", choices=PRECISIONS, default="auto",
-                   help="precision of the target (default: auto = measured fastest for this machine: nf4 on a GPU, "
-                        "bf16 on AMX CPUs, int8-weight on other CPUs)")
+                   help="precision of the target (default: auto = measured fastest for this machine: on a CUDA GPU "
+                        "bf16 when the pair fits its free memory, else nf4; bf16 on Apple Silicon (MPS); bf16 on "
+                        "AMX CPUs, int8-weight on other CPUs)")
     p.add_argument("--draft-precision", choices=PRECISIONS, default="auto",
-                   help="precision of the draft (default: auto = nf4 on a GPU, int8-dynamic on CPU)")
+                   help="precision of the draft (default: auto = bf16 on a GPU, nf4 when even an nf4 "
+                        "target leaves no room for it; int8-dynamic on CPU)")
     p.add_argument("--api-key", default=None,
                    help="guard the server with a key: the /v1 routes need 'Authorization: Bearer KEY', the UI "
                         "and Gradio's API a login with the key as password (default: $SPECLENS_API_KEY; unset: no "
@@ -175,10 +177,14 @@ def main(argv: list[str] | None = None) -> None:
     from app.context import AppContext
     from app.openai_api import create_server
     from app.ui import build_demo, launch_kwargs
+    from engine.errors import EngineError
 
     ctx = AppContext(engine, BaselineStore(cache_dir / "baselines.json"))
     print("[speclens] measuring the target-only speed (once per target and precision)…", flush=True)
-    baseline = ctx.ensure_baseline()
+    try:
+        baseline = ctx.ensure_baseline()
+    except EngineError as err:  # e.g. the GPU ran out of memory: a sentence with the sizes, not a traceback
+        sys.exit(f"[speclens] could not measure the target-only speed: {err}")
     print(f"[speclens] target-only: {baseline['tokens_per_s']:.1f} tok/s ({baseline['how']})", flush=True)
     demo = build_demo(ctx)
     demo.queue(default_concurrency_limit=1)

@@ -3,6 +3,9 @@
 python -m bench.forward [--models NAME,NAME] [--precisions bf16,int8-dynamic] [--tokens 1,2,4,8,16]
                                [--context 100] [--repeats 3] [--json OUT]
 
+The default precisions follow the device the models load on (DEFAULT_PRECISIONS): the CPU's candidates on a CPU,
+bf16 and nf4 on a CUDA GPU (fp16 for bf16 where the GPU has none), bf16 on Apple's MPS.
+
 Prints one row per (model, precision) with the median milliseconds at each n and the fitted t(n) = a + b*n,
 and the detected machine. Rerun it with ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` to see an
 AVX2-only CPU. Models are loaded one at a time.
@@ -19,9 +22,19 @@ from tqdm.auto import tqdm
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.models.calibrate import forward_costs
 from engine.speed.costmodel import fit_line
+from engine.models.devices import half_precision
 from engine.models.hardware import detect_machine
-from engine.models.loading import load_model, quiet_library_logs
+from engine.models.loading import default_device, load_model, quiet_library_logs
 from engine.decode.runner import ModelRunner
+
+
+DEFAULT_PRECISIONS = {"cpu": ("int8-dynamic", "int8-weight", "bf16"), "cuda": ("bf16", "nf4"), "mps": ("bf16",)}
+
+
+def default_precisions(device) -> list[str]:
+    """What is worth measuring on ``device`` (only precisions it can run: int8-dynamic is CPU-only)."""
+    names = DEFAULT_PRECISIONS[device.type]
+    return [half_precision(device) if p == "bf16" and device.type != "cpu" else p for p in names]
 
 
 def measure(models: list[str], precisions: list[str], tokens: list[int], context: int, repeats: int) -> list[dict]:
@@ -61,7 +74,7 @@ def format_rows(rows: list[dict], tokens: list[int]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.forward", description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=f"{DEFAULT_TARGET},{DEFAULT_DRAFT}")
-    parser.add_argument("--precisions", default="int8-dynamic,int8-weight,bf16")
+    parser.add_argument("--precisions", default=None, help="comma-separated (default: per device, see above)")
     parser.add_argument("--tokens", default="1,2,4,8,16", help="numbers of new tokens fed per forward")
     parser.add_argument("--context", type=int, default=100, help="tokens already in the KV cache")
     parser.add_argument("--repeats", type=int, default=3)
@@ -69,10 +82,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     tokens = [int(n) for n in args.tokens.split(",")]
     quiet_library_logs()
-    machine = detect_machine()
-    print(f"machine: {machine.describe()}", flush=True)
-    rows = measure([m.strip() for m in args.models.split(",")], [p.strip() for p in args.precisions.split(",")],
-                   tokens, args.context, args.repeats)
+    machine, device = detect_machine(), default_device()
+    precisions = [p.strip() for p in args.precisions.split(",")] if args.precisions else default_precisions(device)
+    print(f"machine: {machine.describe()}, models on {device}: {', '.join(precisions)}", flush=True)
+    rows = measure([m.strip() for m in args.models.split(",")], precisions, tokens, args.context, args.repeats)
     print(format_rows(rows, tokens))
     if args.json:
         with open(args.json, "w") as f:

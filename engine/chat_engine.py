@@ -13,20 +13,23 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.cache import cached_chat
 from engine.cache.judge import LLMJudge, judge_for
 from engine.models.calibrate import calibrate
 from engine.speed.costmodel import StepCosts
+from engine.models.devices import check_target_precision, gpu_bytes, is_out_of_memory, out_of_memory, release_memory
 from engine.models.hardware import describe_choice, detect_machine
 from engine.models.prompt import encode_chat
-from engine.config import CACHE_OFF, CacheConfig, SamplingConfig, SpecConfig
+from engine.config import AUTO, CACHE_OFF, CacheConfig, SamplingConfig, SpecConfig
 from engine.divergence import Divergence, Fp32Proof, batch_invariant, first_divergence
 from engine.errors import NoPairError
 from engine.events import Event, final_done
 from engine.speed.kpolicy import AdaptiveK, FixedK, KPolicy
 from engine.decode.runner import ModelRunner
-from engine.models.loading import LoadedModel, check_pair, check_pair_sources, load_model, resolve_precision
+from engine.models.loading import LoadedModel, check_pair, check_pair_sources, load_model, plan_precisions
 from engine.proposers import PROPOSERS
 from engine.proposers.cached_answer import CachedAnswerProposer
 from engine.decode.reference import reference_generate
@@ -72,42 +75,62 @@ class ChatEngine:
         self.pair: Pair | None = None
         self._lock = threading.Lock()  # one decoding step on the models at a time; never held across a yield
         self._load_lock = threading.Lock()  # one load at a time
-        self._fp32: dict[str, LoadedModel] = {}  # fp32 copies for the "prove it" re-run, by model name
+        self._fp32: dict[str, LoadedModel] = {}  # fp32 copies (on the CPU) for "prove it", by name; this pair's only
 
     # -- models -------------------------------------------------------------------------------------------
     def load_pair(self, target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT,
                   target_precision: str | None = None, draft_precision: str | None = None) -> PairInfo:
         """Load (or reuse) both models and check they can pair. On any error the previous pair stays.
 
-        The tokenizers are compared first, so a mismatched pair is refused before any weights load.
+        The precisions are decided for the pair together (``auto`` on a GPU weighs both sizes against its free
+        memory) and refused when the device cannot run them; then the tokenizers are compared, so a mismatched
+        pair is refused before any weights load.
         """
         target, draft = target.strip(), draft.strip()
         with self._load_lock:
             current = self.pair
-            new_target = self._reusable(current and current.target, target, target_precision, "target")
-            new_draft = self._reusable(current and current.draft, draft, draft_precision, "draft")
+            plan = plan_precisions({"target": (target, target_precision), "draft": (draft, draft_precision)},
+                                   cache_dir=self.cache_dir,  # what a switch reuses or frees counts as free
+                                   reclaimable_bytes=gpu_bytes([current.target, current.draft] if current else []))
+            check_target_precision(plan.precisions["target"])
+            new_target = self._reusable(current and current.target, target, plan.precisions["target"])
+            new_draft = self._reusable(current and current.draft, draft, plan.precisions["draft"])
             if new_target is None or new_draft is None:
                 check_pair_sources(target, draft, self.cache_dir)
-            new_target = new_target or load_model(target, target_precision, role="target", cache_dir=self.cache_dir)
-            new_draft = new_draft or load_model(draft, draft_precision, role="draft", cache_dir=self.cache_dir)
-            self.use_models(new_target, new_draft)
+            new_target = new_target or self._load(target, target_precision, plan.precisions["target"], "target")
+            new_draft = new_draft or self._load(draft, draft_precision, plan.precisions["draft"], "draft")
+            self.use_models(new_target, new_draft, reason=plan.reason)
         return self.info()
 
-    @staticmethod
-    def _reusable(current: LoadedModel | None, name: str, precision: str | None, role: str) -> LoadedModel | None:
-        if current is not None and current.name == name and \
-                resolve_precision(precision, current.device, role) == current.precision:
-            return current
-        return None
+    def _load(self, name: str, asked: str | None, precision: str, role: str) -> LoadedModel:
+        loaded = load_model(name, precision, role=role, cache_dir=self.cache_dir)
+        loaded.auto_precision = asked in (None, AUTO)  # the plan resolved auto: say so in the note
+        return loaded
 
-    def use_models(self, target: LoadedModel, draft: LoadedModel) -> None:
+    @staticmethod
+    def _reusable(current: LoadedModel | None, name: str, precision: str) -> LoadedModel | None:
+        return current if current is not None and (current.name, current.precision) == (name, precision) else None
+
+    def use_models(self, target: LoadedModel, draft: LoadedModel, reason: str = "") -> None:
         """Install already-loaded models (tests, benchmarks): one assignment, after the pair check and a
-        short calibration of their forward costs."""
+        short calibration of their forward costs. ``reason`` says why auto chose these precisions. What only
+        the previous pair used (its judge, its fp32 copies) is let go, and the device's memory with it."""
         check_pair(target, draft)
         costs = calibrate(self._runner(target), self._runner(draft))  # own KV caches: safe beside a generation
         note = describe_choice(detect_machine(target.device.type), target.precision, draft.precision,
-                               (target.auto_precision, draft.auto_precision))
+                               (target.auto_precision, draft.auto_precision), reason)
+        switched = self.pair is not None
         self.pair = Pair(target, draft, costs, note)
+        if switched:
+            self._let_go_of_the_old_pair()
+
+    def _let_go_of_the_old_pair(self) -> None:
+        pair = self.pair
+        judge = self._judge_cache
+        if judge is not None and judge[0] is not pair.target:  # the judge holds its target (and a KV cache)
+            self._judge_cache = None
+        self._fp32 = {name: m for name, m in self._fp32.items() if name in (pair.target.name, pair.draft.name)}
+        release_memory(pair.target.device)
 
     def require_pair(self) -> Pair:
         pair = self.pair
@@ -152,13 +175,19 @@ class ChatEngine:
         return TokenStream(target.tokenizer, target.eos_ids, min(sampling.max_new_tokens, room),
                            sampling.stop_on_eos, prompt_tokens=len(prompt_ids))
 
-    def _stepwise(self, events: Iterator[Event]) -> Iterator[Event]:
+    def _stepwise(self, events: Iterator[Event], pair: Pair) -> Iterator[Event]:
         """Compute each event under the lock, hand it over without it: a caller holding a paused generator
-        can start another generation (or measure a baseline) in the same thread without a deadlock."""
+        can start another generation (or measure a baseline) in the same thread without a deadlock. A GPU
+        out of memory becomes a DeviceOutOfMemoryError that says what the models take."""
         with closing(events):  # closing this generator (a cancelled request) closes the decoder too
             while True:
                 with self._lock:
-                    event = next(events, None)
+                    try:
+                        event = next(events, None)
+                    except RuntimeError as err:
+                        if is_out_of_memory(err):  # what the models take and what to do, not a traceback
+                            raise out_of_memory("while generating", [pair.target, pair.draft]) from err
+                        raise
                 if event is None:
                     return
                 yield event
@@ -184,7 +213,7 @@ class ChatEngine:
             proposer = CachedAnswerProposer(list(hit.answer_token_ids), fallback=proposer)
         decoder = speculative_generate(self._runner(pair.target), proposer, prompt_ids, stream, sampling,
                                        k_policy=k_policy(spec, pair.costs), cancel=cancel)
-        with closing(self._stepwise(decoder)) as events:
+        with closing(self._stepwise(decoder, pair)) as events:
             for event in events:
                 if event.type == "done":
                     cached_chat.remember(self.cache, scope, messages, event)
@@ -197,7 +226,7 @@ class ChatEngine:
         prompt_ids = self.encode(messages, pair)
         stream = self._stream(pair.target, prompt_ids, sampling)
         decoder = reference_generate(self._runner(pair.target), prompt_ids, stream, sampling, cancel)
-        yield from self._stepwise(decoder)
+        yield from self._stepwise(decoder, pair)
 
     # -- divergences ----------------------------------------------------------------------------------------
     def explain_divergence(self, messages: list[dict], sampling: SamplingConfig, reference_ids: list[int],
@@ -212,11 +241,14 @@ class ChatEngine:
         if loaded.precision == "fp32":
             return loaded
         if loaded.name not in self._fp32:
-            self._fp32[loaded.name] = load_model(loaded.name, "fp32", device=loaded.device, cache_dir=self.cache_dir)
+            # on the CPU: two fp32 copies (about 8 GB for the default pair) must not take GPU memory
+            self._fp32[loaded.name] = load_model(loaded.name, "fp32", device=torch.device("cpu"),
+                                                 cache_dir=self.cache_dir)
         return self._fp32[loaded.name]
 
     def prove_fp32(self, messages: list[dict], sampling: SamplingConfig, spec: SpecConfig) -> Fp32Proof:
-        """Target-only and speculative again with fp32 copies of the pair (loaded once, kept), cache off."""
+        """Target-only and speculative again with fp32 copies of the pair (on the CPU, loaded once and kept
+        while this pair stays), cache off."""
         pair = self.require_pair()
         with self._load_lock:
             start = time.perf_counter()

@@ -18,7 +18,7 @@ from engine.errors import InvalidSettingError
 AUTO = "auto"
 # int4: 4-bit weights in affine groups of 32 with bf16 activations (engine/models/int4_weight.py); from a GGUF it
 # keeps the file's own Q4_K/Q4_1 grid. CPU only.
-PRECISIONS = (AUTO, "bf16", "fp32", "int8", "nf4", "int8-dynamic", "int8-weight", "int4")
+PRECISIONS = (AUTO, "bf16", "fp16", "fp32", "int8", "nf4", "int8-dynamic", "int8-weight", "int4")
 MAX_K = 64
 MAX_NEW_TOKENS = 8192
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit integer

@@ -17,7 +17,7 @@ from engine.decode.runner import common_prefix
 
 # Explicit mantissa bits of the numbers the logits are computed in, per precision. bnb int8/nf4 compute in bf16;
 # int8-dynamic quantises the activations to 8 bits, at least as coarse as bf16; int8-weight computes in bf16.
-MANTISSA_BITS = {"bf16": 7, "nf4": 7, "int8": 7, "int8-dynamic": 7, "int8-weight": 7, "int4": 7, "fp32": 23}
+MANTISSA_BITS = {"bf16": 7, "fp16": 10, "nf4": 7, "int8": 7, "int8-dynamic": 7, "int8-weight": 7, "int4": 7, "fp32": 23}
 # The precisions whose CPU kernels give each row of a verify forward exactly as that token fed alone (with eager
 # attention): there a greedy divergence cannot be a tie, the output is bit-for-bit the target's
 # (tests/test_invariance.py). The others differ between the two shapes by up to ``tie_steps`` rounding steps of the

@@ -35,3 +35,11 @@ class ModelFormatError(EngineError):
 
 class ModelIntegrityError(EngineError):
     """An assembled model file does not match its published checksum."""
+
+
+class DeviceOutOfMemoryError(EngineError):
+    """The GPU ran out of memory; the message gives the model sizes and what to choose instead."""
+
+
+class MissingDependencyError(EngineError):
+    """A precision needs a package that is not installed (bitsandbytes for nf4 and int8)."""

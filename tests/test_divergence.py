@@ -65,8 +65,8 @@ def test_engine_explains_and_proves_on_an_fp32_pair(monkeypatch):
 
 # -- SmolLM2-135M in bf16: near-ties ----------------------------------------------------------------------------
 # Target-only vs speculative (draft = the same model, k=4, greedy). Whether a bf16 near-tie flips depends on the
-# CPU's kernels (it flipped at token 12 on one Zen 4), so the test asserts what holds on every CPU: no divergence,
-# or one that is a tie within rounding; and fp32 is identical either way.
+# CPU's (or GPU's) kernels (it flipped at token 12 on one Zen 4), so the test names no position: it asserts what
+# holds on every device: no divergence, or one that is a tie within rounding; and fp32 (on the CPU) is identical.
 TIE_PROMPTS = ("Write a Python function that checks whether a number is prime.",
                "Explain the difference between TCP and UDP in two sentences.")
 
@@ -88,4 +88,4 @@ def test_bf16_divergence_is_a_rounding_tie_and_fp32_is_identical(real_models, pr
         assert div.reference_token != div.other_token and div.precision == "bf16"
         assert div.within_rounding and div.top2_margin <= 4 * div.rounding_step, div
     proof = engine.prove_fp32(messages, sampling, spec)
-    assert proof.identical and proof.n_tokens == 20 and proof.divergence is None
+    assert proof.identical and 0 < proof.n_tokens <= 20 and proof.divergence is None

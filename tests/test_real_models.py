@@ -3,17 +3,22 @@ import hashlib
 from importlib import metadata
 
 import pytest
+import torch
 
 from engine.models.catalog import BUILTIN_MODELS, DEFAULT_DRAFT, DEFAULT_TARGET, BuiltinModel, assemble_gguf
 from engine.config import SamplingConfig, SpecConfig
 from engine.decode.detok import IncrementalDetokenizer
 from engine.errors import (EmptyPromptError, IncompatiblePairError, ModelIntegrityError, PromptTooLongError,
                            UnknownModelError)
-from engine.models.loading import load_model, resolve_source
+from engine.models.loading import default_device, load_model, plan_precisions, resolve_source
 from engine.chat_engine import ChatEngine
 
 pytestmark = pytest.mark.real
 SMOL = "smollm2-135m-instruct"
+# Device-aware: what each device can run (int8-dynamic and int8-weight are CPU kernels; bitsandbytes is not on MPS)
+DEVICE = default_device().type
+ROUGH_DRAFT = {"cpu": "int8", "cuda": "int8", "mps": "fp16"}[DEVICE]  # a draft that sometimes disagrees
+QUANTISED_PAIR = {"cpu": ("int8-weight", "int8-dynamic"), "cuda": ("nf4", "nf4"), "mps": ("bf16", "bf16")}[DEVICE]
 PROMPTS = ["Write a Python function that returns the square of a number.",
            "List three colours.",
            "Rename the variable x to total in: x = 0\nfor i in range(10):\n    x += i\nprint(x)"]
@@ -27,8 +32,8 @@ def done(events):
 
 @pytest.fixture(scope="module")
 def smol_engine(real_models):
-    """fp32 SmolLM2 target with an int8 copy of itself as the draft: a real pair that sometimes disagrees."""
-    return real_models.engine(SMOL, "fp32", SMOL, "int8")
+    """fp32 SmolLM2 target with a rougher copy of itself as the draft: a real pair that sometimes disagrees."""
+    return real_models.engine(SMOL, "fp32", SMOL, ROUGH_DRAFT)
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
@@ -44,12 +49,15 @@ def test_smollm2_fp32_greedy_speculative_equals_reference(smol_engine, prompt, k
     assert kinds <= {"accepted", "corrected", "bonus", "target"} and "accepted" in kinds
 
 
-def test_default_cpu_draft_precision_int8_dynamic_stays_lossless_with_the_default_spec():
-    """The app's defaults on CPU: dynamic-int8 draft, hybrid proposer, adaptive k, trimmed head."""
+def test_default_draft_precision_stays_lossless_with_the_default_spec():
+    """The app's defaults on this device (on a CPU: dynamic-int8 draft), hybrid proposer, adaptive k, trimmed head."""
     from engine.config import CACHE_OFF, DEFAULT_SPEC
     engine = ChatEngine()
     info = engine.load_pair(SMOL, SMOL, "fp32")
-    assert info.draft_precision == "int8-dynamic"
+    plan = plan_precisions({"target": (SMOL, "fp32"), "draft": (SMOL, None)})
+    assert info.draft_precision == plan.precisions["draft"]
+    if DEVICE == "cpu" and torch.backends.quantized.engine != "none":
+        assert info.draft_precision == "int8-dynamic"
     accepted = 0
     for prompt in PROMPTS:
         messages = [{"role": "user", "content": prompt}]
@@ -162,15 +170,17 @@ def test_default_qwen_pair_smoke():
 
 @pytest.fixture(scope="module")
 def smol_int8_target(real_models):
-    """An int8-weight SmolLM2 target (the quantised target auto picks) with an int8-dynamic draft."""
-    return real_models.engine(SMOL, "int8-weight", SMOL, "int8-dynamic")
+    """The quantised pair of this device: on a CPU an int8-weight SmolLM2 target (the quantised target auto picks)
+    with an int8-dynamic draft; nf4 on a CUDA GPU; bf16 on MPS."""
+    return real_models.engine(SMOL, QUANTISED_PAIR[0], SMOL, QUANTISED_PAIR[1])
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_smollm2_int8_weight_target_greedy_speculative_equals_reference(smol_int8_target, prompt):
     """int8-weight computes its activations in bf16. Natively on AVX512_BF16 the answers are identical; where
-    bf16 is emulated (AVX2) a different batch shape can flip a near-tie, so a divergence must sit at a tie within
-    the precision's rounding (reported, never hidden), never at a clear margin."""
+    bf16 is emulated (AVX2), or bitsandbytes picks kernels by row count (nf4 on CUDA), a different batch shape can
+    flip a near-tie, so a divergence must sit at a tie within the precision's rounding (reported, never hidden),
+    never at a clear margin."""
     from engine.config import CACHE_OFF, DEFAULT_SPEC
     messages = [{"role": "user", "content": prompt}]
     sampling = SamplingConfig(max_new_tokens=40)
@@ -191,10 +201,13 @@ def test_auto_precision_is_the_machine_choice_and_said_so(smol_int8_target):
     from engine.models.hardware import auto_precision, detect_machine
     engine = ChatEngine()
     info = engine.load_pair(SMOL, SMOL)  # auto for both
-    machine = detect_machine("cpu")
-    assert info.target_precision == auto_precision(machine, "target")
-    assert info.draft_precision == auto_precision(machine, "draft")
-    assert "target " + info.target_precision + " (auto)" in info.precision_note
+    plan = plan_precisions({"target": (SMOL, None), "draft": (SMOL, None)})
+    assert (info.target_precision, info.draft_precision) == (plan.precisions["target"], plan.precisions["draft"])
+    if DEVICE == "cpu":  # the measured table of this CPU kind
+        machine = detect_machine("cpu")
+        assert info.target_precision == auto_precision(machine, "target")
+        assert info.draft_precision in (auto_precision(machine, "draft"), "bf16")  # bf16: no quantized engine
+    assert "target " + info.target_precision + " (auto)" in info.precision_note and plan.reason in info.precision_note
     assert info.costs.verify_fixed_s + info.costs.verify_per_token_s > 0 and info.costs.draft_per_token_s > 0
     gguf = model_gguf(SMOL)  # the peer bench runs llama.cpp on this very file
     assert gguf.is_file() and gguf.suffix == ".gguf"

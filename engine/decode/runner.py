@@ -11,6 +11,15 @@ import torch
 from transformers import DynamicCache
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on ``device``: a clock read after it measures that work. GPU kernels run
+    asynchronously, and since the logits stay on the device nothing else waits for them (CPU: a no-op)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
 def common_prefix(a: list[int], b: list[int]) -> int:
     """Length of the longest common prefix of two token lists (= index of the first difference)."""
     n = min(len(a), len(b))
@@ -64,18 +73,19 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, new_ids: list[int], n_logits: int = 0) -> torch.Tensor:
-        """Feed ``new_ids``; return float32 logits of the last ``n_logits`` positions (0 = all): (n, vocab)."""
+        """Feed ``new_ids``; return float32 logits of the last ``n_logits`` positions (0 = all): (n, vocab), on the
+        model's device (sampling and verification run there; only chosen ids and shown p/q reach the host)."""
         input_ids = torch.tensor([new_ids], device=self.device)
         if self.head_ids is not None:
             return self._forward_trimmed(input_ids, n_logits)
         out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=n_logits)
         self.tokens.extend(new_ids)
-        return out.logits[0, :, : self.vocab_size].float().cpu()
+        return out.logits[0, :, : self.vocab_size].float()
 
     def _forward_trimmed(self, input_ids: torch.Tensor, n_logits: int) -> torch.Tensor:
         hidden = self.model.get_decoder()(input_ids=input_ids, cache=self.cache, use_cache=True).last_hidden_state
         self.tokens.extend(input_ids[0].tolist())
         hidden = hidden[0, -n_logits:] if n_logits else hidden[0]  # (n, hidden)
-        logits = torch.full((hidden.shape[0], self.vocab_size), float("-inf"))
-        logits[:, self.head_ids.cpu()] = self._head(hidden).float().cpu()  # (n, kept)
+        logits = torch.full((hidden.shape[0], self.vocab_size), float("-inf"), device=hidden.device)
+        logits[:, self.head_ids] = self._head(hidden).float()  # (n, kept)
         return logits

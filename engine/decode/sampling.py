@@ -41,7 +41,8 @@ def sample(probs: torch.Tensor, sampling: SamplingConfig, generator: torch.Gener
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-def make_generator(seed: int | None) -> torch.Generator:
-    generator = torch.Generator()
+def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator on the device the probabilities live on (the same seed draws differently on each device)."""
+    generator = torch.Generator(device=device)
     generator.manual_seed(seed if seed is not None else torch.seed())
     return generator

@@ -14,7 +14,7 @@ import torch
 from engine.config import SamplingConfig
 from engine.events import Event, TokenEvent
 from engine.speed.kpolicy import FixedK, KPolicy
-from engine.decode.runner import ModelRunner
+from engine.decode.runner import ModelRunner, synchronize
 from engine.decode.draft import Draft, Proposer
 from engine.decode.sampling import logits_to_probs, make_generator
 from engine.decode.stream import StatsTracker, TokenStream
@@ -26,7 +26,7 @@ def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: li
                          cancel: threading.Event | None = None) -> Iterator[Event]:
     """Yield TokenEvents as they are decided, a StatsEvent after each step, and a final DoneEvent."""
     k_policy = k_policy or FixedK(4)
-    generator = make_generator(sampling.seed)
+    generator = make_generator(sampling.seed, target.device)
     proposer.reset(prompt_ids, sampling, generator)
     stats = StatsTracker(proposer=proposer.name)
     context = list(prompt_ids)
@@ -37,12 +37,14 @@ def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: li
     while not stream.finished(cancel):
         budget = stream.remaining - 1  # draft tokens beyond this could never be emitted
         # 1. propose (k = 0 asks only for free drafts, e.g. a prompt lookup; a model proposer returns none)
+        synchronize(target.device)  # every clock read waits for the device's queued work
         t0 = time.perf_counter()
         choice = k_policy.choose()
         draft = proposer.propose(context, min(choice.k, budget))
         free = draft.q_probs is None  # one-hot drafts cost nothing to make, but widen the verify forward
         limit = k_policy.free_limit() if free else None
         draft = draft.truncate(budget if limit is None else min(budget, limit))
+        synchronize(target.device)
         t1 = time.perf_counter()
         # 2. verify: one target forward over [tokens the target has not seen, *draft]
         feed = context[pos:]
@@ -50,6 +52,7 @@ def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: li
         p_target = logits_to_probs(logits, sampling)
         # 3. accept
         verdict = _verify(p_target, draft, sampling, generator)
+        synchronize(target.device)
         t2 = time.perf_counter()
         # 4. roll back the target to the accepted prefix (the new token is fed next step)
         pos = len(context) + verdict.n_accepted

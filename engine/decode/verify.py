@@ -38,10 +38,11 @@ def verify_rejection(p_target: torch.Tensor, draft_tokens: list[int], q_draft: t
     """
     k = len(draft_tokens)
     if k:
-        idx = torch.tensor(draft_tokens)
-        p_tok = p_target[torch.arange(k), idx]  # (k,)
-        q_tok = q_draft[torch.arange(k), idx] if q_draft is not None else torch.ones(k)
-        u = torch.rand(k, generator=generator)
+        device = p_target.device  # the model's: the logits never leave it
+        rows, idx = torch.arange(k, device=device), torch.tensor(draft_tokens, device=device)
+        p_tok = p_target[rows, idx]  # (k,)
+        q_tok = q_draft[rows, idx] if q_draft is not None else torch.ones(k, device=device)
+        u = torch.rand(k, generator=generator, device=device)
         accepted = (u * q_tok <= p_tok) & (p_tok > 0)  # u < p/q without dividing
         rejected = (~accepted).nonzero()
         n = int(rejected[0]) if len(rejected) else k

@@ -6,7 +6,7 @@ import statistics
 import time
 
 from engine.speed.costmodel import StepCosts, fit_line
-from engine.decode.runner import ModelRunner
+from engine.decode.runner import ModelRunner, synchronize
 
 CALIBRATION_CONTEXT = 16  # tokens in the KV cache before the timed forwards (a short prefill: cheap at load)
 CALIBRATION_TOKENS = (1, 2, 4, 8, 16)  # the precision's own t(n): flat, then steep (engine/speed/costmodel.py)
@@ -29,8 +29,10 @@ def forward_costs(runner: ModelRunner, context: int, tokens: list[int], repeats:
     for n in tokens:
         times = []
         for _ in range(repeats):
+            synchronize(runner.device)
             start = time.perf_counter()
             runner.forward(ids[context:context + n], n_logits=n)
+            synchronize(runner.device)  # the logits stay on the device: wait for the forward to finish
             times.append(time.perf_counter() - start)
             runner.rollback(context)
         costs[n] = statistics.median(times)

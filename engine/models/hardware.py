@@ -1,6 +1,6 @@
 """What machine we run on, and the precision ``auto`` picks for it.
 
-The kind comes from detected features only: CUDA, else torch's CPU capability (which follows
+The kind comes from detected features only: CUDA, else MPS, else torch's CPU capability (which follows
 ``ATEN_CPU_CAPABILITY``) and the /proc/cpuinfo flags, capped by ``ONEDNN_MAX_CPU_ISA`` (oneDNN runs the bf16
 matmuls; capped at AVX2 it has no native bf16). ``AUTO_PRECISION`` holds the measured choice per kind
 (``python -m bench.forward``; numbers in the README).
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-MACHINE_KINDS = ("cuda", "amx", "avx512-bf16", "avx512", "avx2", "baseline")
+MACHINE_KINDS = ("cuda", "mps", "amx", "avx512-bf16", "avx512", "avx2", "baseline")
 ROLES = ("target", "draft")
 
 # (target, draft) per machine kind (python -m bench.forward, numbers in the README):
@@ -23,9 +23,12 @@ ROLES = ("target", "draft")
 #   matmuls are not even row-for-row identical across batch shapes).
 # - amx: bf16 runs on the AMX tiles with a flat verify cost; no AMX machine here to measure, so bf16 stays.
 # - The draft: dynamic int8 is the cheapest draft token on every CPU measured; lossless does not need it exact.
-# - cuda: nf4 (bitsandbytes) for both.
+# - cuda: bf16 for both when the pair fits comfortably in free GPU memory, else nf4 (bitsandbytes) for what does
+#   not fit, fp16 without bf16 (engine/models/devices.py decides from the memory at load time).
+# - mps (Apple Silicon): bf16 for both (fp16 where MPS has no bf16); never int8-dynamic or nf4.
 AUTO_PRECISION: dict[str, tuple[str, str]] = {
-    "cuda": ("nf4", "nf4"),
+    "cuda": ("bf16", "bf16"),
+    "mps": ("bf16", "bf16"),
     "amx": ("bf16", "int8-dynamic"),
     "avx512-bf16": ("int8-weight", "int8-dynamic"),
     "avx512": ("int8-weight", "int8-dynamic"),
@@ -35,7 +38,7 @@ AUTO_PRECISION: dict[str, tuple[str, str]] = {
 
 _KIND_LABELS = {"cuda": "CUDA GPU", "amx": "AMX CPU", "avx512-bf16": "AVX-512 BF16 CPU (no AMX)",
                 "avx512": "AVX-512 CPU (no native bf16)", "avx2": "AVX2 CPU (no native bf16)",
-                "baseline": "CPU without AVX2"}
+                "baseline": "CPU without AVX2", "mps": "Apple GPU (MPS)"}
 _ISA_RANK = ("SSE41", "AVX", "AVX2", "AVX512", "AMX")  # coarse order of ONEDNN_MAX_CPU_ISA values
 
 
@@ -58,10 +61,12 @@ def _isa_rank(value: str) -> int:
     return max((i for i, name in enumerate(_ISA_RANK) if value.startswith(name)), default=0)
 
 
-def classify(cuda: bool, capability: str, flags: frozenset[str], onednn_isa: str = "") -> Machine:
+def classify(cuda: bool, capability: str, flags: frozenset[str], onednn_isa: str = "", mps: bool = False) -> Machine:
     """The machine kind from its features (pure: tested with made-up inputs)."""
     if cuda:
         return Machine("cuda", ("cuda",))
+    if mps:
+        return Machine("mps", ("mps",))
     capability = capability.upper()
     isa = _isa_rank(onednn_isa)
     seen = [f"torch {capability}"] + ([f"ONEDNN_MAX_CPU_ISA={onednn_isa}"] if onednn_isa else [])
@@ -89,11 +94,15 @@ def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
 
 
 def detect_machine(device_type: str | None = None) -> Machine:
-    """This machine; ``device_type`` ("cpu" / "cuda") says where the models run (default: CUDA if present)."""
+    """This machine; ``device_type`` ("cpu" / "cuda" / "mps") says where the models run (default: CUDA if present,
+    else MPS if present, else the CPU)."""
     import torch
 
-    cuda = torch.cuda.is_available() if device_type is None else device_type == "cuda"
-    return classify(cuda, torch.backends.cpu.get_cpu_capability(), cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA", ""))
+    if device_type is None:
+        from engine.models.devices import default_device
+        device_type = default_device().type
+    return classify(device_type == "cuda", torch.backends.cpu.get_cpu_capability(), cpu_flags(),
+                    os.environ.get("ONEDNN_MAX_CPU_ISA", ""), mps=device_type == "mps")
 
 
 def auto_precision(machine: Machine, role: str) -> str:
@@ -101,9 +110,10 @@ def auto_precision(machine: Machine, role: str) -> str:
 
 
 def describe_choice(machine: Machine, target_precision: str, draft_precision: str,
-                    chosen: tuple[bool, bool] = (True, True)) -> str:
-    """E.g. 'AVX2 CPU (no native bf16) -> target int8-dynamic (auto), draft int8-dynamic (auto)'."""
+                    chosen: tuple[bool, bool] = (True, True), reason: str = "") -> str:
+    """E.g. 'AVX2 CPU (no native bf16) -> target int8-dynamic (auto), draft int8-dynamic (auto)', then ``reason``
+    (why auto chose so on this device) after a colon."""
     def part(role: str, precision: str, auto: bool) -> str:
         return f"{role} {precision} ({'auto' if auto else 'chosen'})"
     return (f"{_KIND_LABELS[machine.kind]} -> {part('target', target_precision, chosen[0])}, "
-            f"{part('draft', draft_precision, chosen[1])}")
+            f"{part('draft', draft_precision, chosen[1])}" + (f": {reason}" if reason else ""))

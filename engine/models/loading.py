@@ -11,10 +11,10 @@ import torch
 
 from engine.models.catalog import BUILTIN_MODELS, builtin_dir, model_gguf, user_gguf_dir
 from engine.config import AUTO, check_precision
-from engine.models import hardware
+from engine.models import devices, hardware
 from engine.models.int4_weight import quantize_int4
 from engine.models.int8_weight import quantize_int8_weight
-from engine.errors import IncompatiblePairError, InvalidSettingError, ModelFormatError, UnknownModelError
+from engine.errors import IncompatiblePairError, MissingDependencyError, ModelFormatError, UnknownModelError
 
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>")
 GGUF_MAGIC = b"GGUF"
@@ -47,19 +47,34 @@ def quiet_library_logs() -> None:
 
 
 def default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return devices.default_device()
 
 
-def default_precision(device: torch.device, role: str = "target") -> str:
-    """What ``auto`` means on ``device``: nf4 on CUDA; on CPU the measured choice for its features
-    (engine.models.hardware.AUTO_PRECISION: bf16 only with AMX, int8 weights on other CPUs)."""
-    return hardware.auto_precision(hardware.detect_machine(device.type), role)
-
-
-def resolve_precision(precision: str | None, device: torch.device, role: str = "target") -> str:
-    """A concrete precision: ``None`` and ``auto`` become this machine's default for ``role``."""
-    precision = check_precision(precision or AUTO)
-    return default_precision(device, role) if precision == AUTO else precision
+def plan_precisions(models: dict[str, tuple[str, str | None]], device: torch.device | None = None,
+                    cache_dir: Path | None = None, reclaimable_bytes: int = 0) -> devices.PrecisionPlan:
+    """Concrete precisions for ``{role: (name, precision)}`` on ``device``, refused when the device cannot run
+    them. ``auto`` on CUDA weighs the models' sizes against the free GPU memory together (plus
+    ``reclaimable_bytes``, the memory of models a switch lets go); elsewhere it is the machine kind's measured
+    choice (engine.models.hardware.AUTO_PRECISION), made runnable there (fp16 without bf16; a bf16 draft where
+    torch has no quantized engine)."""
+    device = device or default_device()
+    fixed = {role: None if precision in (None, AUTO) else check_precision(precision)
+             for role, (_, precision) in models.items()}
+    if device.type == "cuda" and None in fixed.values():
+        sizes = {role: devices.model_size(resolve_source(name, cache_dir)) for role, (name, _) in models.items()}
+        free, _ = devices.gpu_memory(device)
+        plan = devices.choose_gpu_precisions(free + reclaimable_bytes, devices.half_precision(device), sizes, fixed,
+                                             devices.gpu_name(device))
+    else:
+        chosen, notes, machine = {}, [], hardware.detect_machine(device.type)
+        for role, precision in fixed.items():
+            auto = hardware.auto_precision(machine, role)
+            chosen[role], note = (precision, "") if precision else devices.adapt_auto(auto, device)
+            notes += [note] if note and note not in notes else []
+        plan = devices.PrecisionPlan(chosen, "; ".join(notes))
+    for precision in plan.precisions.values():
+        devices.check_device_precision(precision, device)
+    return plan
 
 
 def source_kind(name: str) -> tuple[str, str | Path]:
@@ -137,16 +152,24 @@ def attention_for(device: torch.device) -> str:
     return "eager" if device.type == "cpu" else "sdpa"
 
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8-weight": torch.bfloat16,
+          "int4": torch.bfloat16}
+
+
 def _quantization_kwargs(precision: str, device: torch.device) -> dict:
-    if precision in ("bf16", "fp32", "int8-dynamic", "int8-weight", "int4"):  # int8/int4 quantise after loading
-        return {"dtype": torch.float32 if precision in ("fp32", "int8-dynamic") else torch.bfloat16}
+    if precision in ("bf16", "fp16", "fp32", "int8-dynamic", "int8-weight", "int4"):  # int8/int4 quantise after
+        kwargs = {"dtype": DTYPES.get(precision, torch.float32)}                       # loading
+        if device.type == "cuda" and precision in ("bf16", "fp16", "fp32"):
+            kwargs["device_map"] = {"": device.index or 0}  # straight onto the GPU, no full copy in CPU memory
+        return kwargs
     from transformers import BitsAndBytesConfig
+    devices.require_bitsandbytes(precision)
+    compute = DTYPES[devices.half_precision(device)]  # fp16 on GPUs without bf16
     if precision == "int8":
         config = BitsAndBytesConfig(load_in_8bit=True)
     else:
-        config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                    bnb_4bit_compute_dtype=torch.bfloat16)
-    return {"quantization_config": config, "dtype": torch.bfloat16, "device_map": {"": device.index or 0}
+        config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=compute)
+    return {"quantization_config": config, "dtype": compute, "device_map": {"": device.index or 0}
             if device.type == "cuda" else {"": "cpu"}}
 
 
@@ -158,19 +181,25 @@ def load_model(name: str, precision: str | None = None, device: torch.device | N
 
     device = device or default_device()
     auto = precision in (None, AUTO)
-    precision = resolve_precision(precision, device, role)
-    if precision in ("int8-dynamic", "int4") and device.type != "cpu":
-        raise InvalidSettingError(f"{precision} runs on CPU only; use bf16, int8 or nf4 (bitsandbytes) on a GPU")
+    precision = plan_precisions({role: (name, precision)}, device, cache_dir).precisions[role]
     source = resolve_source(name, cache_dir)
+    kwargs = _quantization_kwargs(precision, device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, attn_implementation=attention_for(device),
-                                                     **_quantization_kwargs(precision, device))
+        model = AutoModelForCausalLM.from_pretrained(source, attn_implementation=attention_for(device), **kwargs)
+        if precision in ("bf16", "fp16", "fp32", "int8-weight") and "device_map" not in kwargs:
+            model = model.to(device)
+    except ImportError as err:  # transformers' check of bitsandbytes (missing, or too old for this torch)
+        raise MissingDependencyError(f"{precision} cannot load: {str(err).splitlines()[0]}") from err
     except (OSError, ValueError) as err:
         raise UnknownModelError(f"could not load {name!r}: {str(err).splitlines()[0]}. "
                                 f"Built-in models: {', '.join(BUILTIN_MODELS)}") from err
-    if precision in ("bf16", "fp32", "int8-weight"):
-        model = model.to(device)
+    except RuntimeError as err:
+        if not devices.is_out_of_memory(err):
+            raise
+        size = devices.model_size(source)
+        raise devices.out_of_memory(f"loading {name} in {precision}", [(name, size.bytes(precision))], device,
+                                    f"Choose nf4 (about {devices.gb(size.bytes('nf4'))}) or a smaller model.") from err
     if precision == "int8-dynamic":  # in place: a copy would double the fp32 peak
         model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
     if precision == "int8-weight":
@@ -202,7 +231,9 @@ def _output_rows(model) -> int:
 
 
 def check_pair(target: LoadedModel, draft: LoadedModel) -> None:
-    """Draft and target must share a vocabulary (padding rows beyond it are fine)."""
+    """Draft and target must share a vocabulary (padding rows beyond it are fine); the target's precision must
+    keep the loop lossless."""
+    devices.check_target_precision(target.precision)
     if target.vocab_size != draft.vocab_size:
         raise IncompatiblePairError(
             f"draft {draft.name!r} has a vocabulary of {draft.vocab_size} tokens, target {target.name!r} has "

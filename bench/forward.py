@@ -37,14 +37,15 @@ def default_precisions(device) -> list[str]:
     return [half_precision(device) if p == "bf16" and device.type != "cpu" else p for p in names]
 
 
-def measure(models: list[str], precisions: list[str], tokens: list[int], context: int, repeats: int) -> list[dict]:
+def measure(models: list[str], precisions: list[str], tokens: list[int], context: int, repeats: int,
+            role: str = "target") -> list[dict]:
     """Per model, all precisions loaded together and measured in alternation (round by round), so a busy
     machine slows them alike and the ratios hold."""
     rows = []
     for name in models:
         runners = {}
         for precision in precisions:  # as listed: put int8-dynamic first (it passes through fp32 while loading)
-            loaded = load_model(name, precision)
+            loaded = load_model(name, precision, role=role)  # int4 drafts re-quantise Q5_0/Q8_0 too
             runners[loaded.precision] = ModelRunner(loaded.model, loaded.vocab_size)
             gc.collect()
         samples = {p: {n: [] for n in tokens} for p in runners}
@@ -78,6 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", default="1,2,4,8,16", help="numbers of new tokens fed per forward")
     parser.add_argument("--context", type=int, default=100, help="tokens already in the KV cache")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--role", choices=("target", "draft"), default="target",
+                        help="load the models as this role (int4: a draft re-quantises the GGUF's 5/6/8-bit tensors)")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
     tokens = [int(n) for n in args.tokens.split(",")]
@@ -85,7 +88,8 @@ def main(argv: list[str] | None = None) -> None:
     machine, device = detect_machine(), default_device()
     precisions = [p.strip() for p in args.precisions.split(",")] if args.precisions else default_precisions(device)
     print(f"machine: {machine.describe()}, models on {device}: {', '.join(precisions)}", flush=True)
-    rows = measure([m.strip() for m in args.models.split(",")], precisions, tokens, args.context, args.repeats)
+    rows = measure([m.strip() for m in args.models.split(",")], precisions, tokens, args.context, args.repeats,
+                   args.role)
     print(format_rows(rows, tokens))
     if args.json:
         with open(args.json, "w") as f:

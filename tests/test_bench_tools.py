@@ -51,3 +51,17 @@ def test_quality_runs_llamas_own_perplexity_on_the_same_chunks(capsys, tmp_path,
     ours, peer = result["rows"][0]["perplexity"], result["llama_perplexity"]
     assert 0.8 < peer / ours < 1.25  # the same Q4_1 weights, scored the same way
     assert "llama.cpp" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_forward_costs_table_for_each_precision(capsys, tmp_path, role):
+    import json
+
+    from bench.forward import main
+    out = tmp_path / "f.json"
+    main(["--models", SMOL, "--precisions", "int4,int8-weight", "--tokens", "1,2", "--repeats", "1",
+          "--context", "8", "--role", role, "--json", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["precision"] for r in rows] == ["int4", "int8-weight"]
+    assert all(r["ms"]["1"] > 0 and r["ms"]["2"] > 0 for r in rows)
+    assert "int4" in capsys.readouterr().out

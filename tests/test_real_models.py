@@ -211,3 +211,20 @@ def test_auto_precision_is_the_machine_choice_and_said_so(smol_int8_target):
     assert info.costs.verify_fixed_s + info.costs.verify_per_token_s > 0 and info.costs.draft_per_token_s > 0
     gguf = model_gguf(SMOL)  # the peer bench runs llama.cpp on this very file
     assert gguf.is_file() and gguf.suffix == ".gguf"
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="int4 runs on the CPU only")
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_smollm2_int4_target_is_bit_identical_with_every_proposer(real_models, prompt):
+    """An int4 target on the CPU (eager attention) is batch-invariant: greedy speculation gives exactly the
+    target-only tokens, every proposer, no ties to explain (issue: bit-for-bit identity)."""
+    from engine.config import CACHE_OFF, DEFAULT_SPEC
+    engine = real_models.engine(SMOL, "int4", SMOL, "int4")
+    assert engine.info().bit_identical
+    messages = [{"role": "user", "content": prompt}]
+    sampling = SamplingConfig(max_new_tokens=40)
+    ref = done(engine.generate_reference(messages, sampling))[-1]
+    for spec_config in (SpecConfig(k=4), SpecConfig(k=3, proposer="lookup"), SpecConfig(proposer="hybrid"),
+                        DEFAULT_SPEC):
+        spec = done(engine.generate(messages, sampling, spec_config, cache=CACHE_OFF))[-1]
+        assert spec.token_ids == ref.token_ids, spec_config

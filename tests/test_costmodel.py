@@ -141,6 +141,11 @@ def test_auto_precision_table():
     avx2 = classify(False, "AVX2", HASWELL)
     assert auto_precision(avx2, "target") == "int8-weight"  # no native bf16 on AVX2: int8 weights
     assert all(auto_precision(classify(False, "AVX512", f), "target") != "int8-dynamic" for f in (ZEN4, HASWELL))
+    # every CPU target is batch-invariant: greedy speculation is bit-for-bit the target's on every CPU kind
+    from engine.divergence import BATCH_INVARIANT
+    cpu_kinds = [k for k in MACHINE_KINDS if k not in ("cuda", "mps")]
+    assert all(AUTO_PRECISION[k][0] in BATCH_INVARIANT for k in cpu_kinds)
+    assert auto_precision(classify(False, "AVX512", ZEN4), "target") == "int4"  # AVX-512: the GGUF's 4-bit grid
     note = describe_choice(avx2, "int8-dynamic", "int8-dynamic", (True, False))
     assert note.startswith("AVX2 CPU") and "target int8-dynamic (auto)" in note and "draft int8-dynamic (chosen)" in note
 

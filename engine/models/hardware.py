@@ -16,12 +16,16 @@ ROLES = ("target", "draft")
 # (target, draft) per machine kind (python -m bench.forward, numbers in the README):
 # - The target is never int8-dynamic: its per-forward activation scale makes a token's logits depend on the
 #   other tokens of the verify forward, so the loop would not be lossless (engine/models/int8_weight.py).
-# - avx2, avx512, baseline (no native bf16): bf16 verify grows ~linearly with the tokens fed; int8-weight
-#   reads half the bytes and grows far less with n (per 1536x8960 matmul under AVX2 emulation, n = 1/8/16:
-#   int8-weight 19/26/35 ms, bf16 18/50/88 ms).
-# - avx512-bf16 without AMX: int8-weight as well (half the memory traffic at n = 1, and exact: native bf16
-#   matmuls are not even row-for-row identical across batch shapes).
-# - amx: bf16 runs on the AMX tiles with a flat verify cost; no AMX machine here to measure, so bf16 stays.
+# - Every CPU target is batch-invariant (int4 or int8-weight with eager attention: bit-for-bit the target-only
+#   tokens, engine/divergence.py BATCH_INVARIANT); native bf16 is not (oneDNN's bf16 GEMM rounds by row count).
+# - avx512-bf16 (Zen 4), avx512: int4, the GGUF's own 4-bit grid (engine/models/int4_weight.py): decoding reads
+#   the weights' bytes, and 4-bit reads about half of int8 (measured 1.5B forward at n = 1/4/16 on Zen 4:
+#   int4 34/50/182 ms, int8-weight 64/65/237 ms, bf16 161/140/192 ms).
+# - amx: int4 as well. No AMX machine here to measure; AMX speeds the compute, and a one-token forward is bound
+#   by the bytes read (oneDNN's bf16 brgemm also repacks each weight per call at n = 1: 161 ms natively above),
+#   and int4 keeps the output bit-identical where bf16 cannot.
+# - avx2, baseline (no AVX-512): int8-weight. torch's int4 kernel unpacks nibbles in AVX2 registers: measured
+#   under the AVX2 emulation at n = 1 int8-weight 73 ms, int4 89 ms (int4 only wins from n = 4 on).
 # - The draft: dynamic int8 is the cheapest draft token on every CPU measured; lossless does not need it exact.
 # - cuda: bf16 for both when the pair fits comfortably in free GPU memory, else nf4 (bitsandbytes) for what does
 #   not fit, fp16 without bf16 (engine/models/devices.py decides from the memory at load time).
@@ -29,9 +33,9 @@ ROLES = ("target", "draft")
 AUTO_PRECISION: dict[str, tuple[str, str]] = {
     "cuda": ("bf16", "bf16"),
     "mps": ("bf16", "bf16"),
-    "amx": ("bf16", "int8-dynamic"),
-    "avx512-bf16": ("int8-weight", "int8-dynamic"),
-    "avx512": ("int8-weight", "int8-dynamic"),
+    "amx": ("int4", "int8-dynamic"),
+    "avx512-bf16": ("int4", "int8-dynamic"),
+    "avx512": ("int4", "int8-dynamic"),
     "avx2": ("int8-weight", "int8-dynamic"),
     "baseline": ("int8-weight", "int8-dynamic"),
 }

@@ -38,21 +38,26 @@ def default_precisions(device) -> list[str]:
 
 
 def measure(models: list[str], precisions: list[str], tokens: list[int], context: int, repeats: int,
-            role: str = "target") -> list[dict]:
+            role: str = "target", attentions: tuple[str, ...] = ()) -> list[dict]:
     """Per model, all precisions loaded together and measured in alternation (round by round), so a busy
-    machine slows them alike and the ratios hold."""
+    machine slows them alike and the ratios hold. ``attentions`` (e.g. eager, sdpa) measures each loaded model
+    under each attention implementation too, rows named ``precision/attention``."""
     rows = []
     for name in models:
         runners = {}
         for precision in precisions:  # as listed: put int8-dynamic first (it passes through fp32 while loading)
             loaded = load_model(name, precision, role=role)  # int4 drafts re-quantise Q5_0/Q8_0 too
-            runners[loaded.precision] = ModelRunner(loaded.model, loaded.vocab_size)
+            for attention in attentions or (None,):
+                label = loaded.precision if attention is None else f"{loaded.precision}/{attention}"
+                runners[label] = (ModelRunner(loaded.model, loaded.vocab_size), attention)
             gc.collect()
         samples = {p: {n: [] for n in tokens} for p in runners}
         for _ in tqdm(range(repeats), desc=name, leave=False):
-            for precision, runner in runners.items():
+            for label, (runner, attention) in runners.items():
+                if attention is not None:
+                    runner.model.set_attn_implementation(attention)
                 for n, seconds in forward_costs(runner, context, tokens, 1).items():
-                    samples[precision][n].append(seconds)
+                    samples[label][n].append(seconds)
         for precision, by_n in samples.items():
             costs = {n: statistics.median(times) for n, times in by_n.items()}
             fixed, per_token = fit_line(list(costs), list(costs.values()))
@@ -64,11 +69,11 @@ def measure(models: list[str], precisions: list[str], tokens: list[int], context
 
 
 def format_rows(rows: list[dict], tokens: list[int]) -> str:
-    head = f"{'model':<30} {'precision':<13}" + "".join(f"{f'n={n}':>9}" for n in tokens) + "   fit a+b*n (ms)"
+    head = f"{'model':<30} {'precision':<18}" + "".join(f"{f'n={n}':>9}" for n in tokens) + "   fit a+b*n (ms)"
     lines = [head]
     for r in rows:
         cells = "".join(f"{r['ms'][n]:>9.0f}" for n in tokens)
-        lines.append(f"{r['model']:<30} {r['precision']:<13}{cells}   {r['fit_a_ms']:.0f} + {r['fit_b_ms']:.0f}*n")
+        lines.append(f"{r['model']:<30} {r['precision']:<18}{cells}   {r['fit_a_ms']:.0f} + {r['fit_b_ms']:.0f}*n")
     return "\n".join(lines)
 
 
@@ -79,6 +84,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", default="1,2,4,8,16", help="numbers of new tokens fed per forward")
     parser.add_argument("--context", type=int, default=100, help="tokens already in the KV cache")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--attention", default="", help="e.g. eager,sdpa: each model under each attention "
+                        "implementation (default: what load_model picks, eager on the CPU)")
     parser.add_argument("--role", choices=("target", "draft"), default="target",
                         help="load the models as this role (int4: a draft re-quantises the GGUF's 5/6/8-bit tensors)")
     parser.add_argument("--json", help="write the rows here")
@@ -89,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     precisions = [p.strip() for p in args.precisions.split(",")] if args.precisions else default_precisions(device)
     print(f"machine: {machine.describe()}, models on {device}: {', '.join(precisions)}", flush=True)
     rows = measure([m.strip() for m in args.models.split(",")], precisions, tokens, args.context, args.repeats,
-                   args.role)
+                   args.role, tuple(a.strip() for a in args.attention.split(",") if a.strip()))
     print(format_rows(rows, tokens))
     if args.json:
         with open(args.json, "w") as f:

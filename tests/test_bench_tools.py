@@ -15,7 +15,7 @@ def test_overhead_reports_the_share_of_each_step_outside_the_forwards(capsys):
     assert set(rows) == {"target", "default"}
     for row in rows.values():
         steps, per_step, inside, outside = int(row[1]), float(row[2]), float(row[3]), float(row[4])
-        assert steps > 0 and 0 < inside < per_step and outside == pytest.approx(per_step - inside, abs=0.06)
+        assert steps > 0 and 0 < inside < per_step and outside == pytest.approx(per_step - inside, abs=0.11)  # printed to 0.1 ms
         assert 0 < float(row[5].rstrip("%")) < 100
 
 
@@ -60,8 +60,8 @@ def test_forward_costs_table_for_each_precision(capsys, tmp_path, role):
     from bench.forward import main
     out = tmp_path / "f.json"
     main(["--models", SMOL, "--precisions", "int4,int8-weight", "--tokens", "1,2", "--repeats", "1",
-          "--context", "8", "--role", role, "--json", str(out)])
+          "--context", "600", "--role", role, "--attention", "eager,sdpa", "--json", str(out)])
     rows = json.loads(out.read_text())["rows"]
-    assert [r["precision"] for r in rows] == ["int4", "int8-weight"]
+    assert [r["precision"] for r in rows] == ["int4/eager", "int4/sdpa", "int8-weight/eager", "int8-weight/sdpa"]
     assert all(r["ms"]["1"] > 0 and r["ms"]["2"] > 0 for r in rows)
     assert "int4" in capsys.readouterr().out

@@ -9,6 +9,7 @@ from engine.speed.costmodel import StepCosts, fit_line
 from engine.decode.runner import ModelRunner, synchronize
 
 CALIBRATION_CONTEXT = 16  # tokens in the KV cache before the timed forwards (a short prefill: cheap at load)
+PREFILL_CHUNK = 512
 CALIBRATION_TOKENS = (1, 2, 4, 8, 16)  # the precision's own t(n): flat, then steep (engine/speed/costmodel.py)
 
 
@@ -22,7 +23,8 @@ def forward_costs(runner: ModelRunner, context: int, tokens: list[int], repeats:
     ids = [i % runner.vocab_size for i in _plain_ids(context + max(tokens))]
     if runner.tokens != ids[:context]:
         runner.reset()
-        runner.forward(ids[:context], n_logits=1)
+        for start in range(0, context, PREFILL_CHUNK):  # chunks: eager attention over a long context stays small
+            runner.forward(ids[start:min(start + PREFILL_CHUNK, context)], n_logits=1)
         runner.forward(ids[context:context + 1], n_logits=1)  # warm-up
         runner.rollback(context)
     costs = {}

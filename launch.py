@@ -113,8 +113,8 @@ def load_engine(args: argparse.Namespace, cache_dir: Path):
 
 
 def cache_dir_problem(path: str) -> str | None:
-    """Why ``path`` cannot be the cache directory, or None. A read-only one is fine: the app then keeps its
-    measurements in memory and runs without the semantic cache."""
+    """Why ``path`` cannot be the cache directory, or None. A read-only one is fine: models converted elsewhere
+    load from it, the semantic cache in it is served read-only, and measurements stay in memory."""
     existing = path
     while not os.path.exists(existing):  # the nearest part of the path that exists (missing ones get created)
         existing = os.path.dirname(existing)
@@ -130,7 +130,9 @@ def choose_cache_dir(flag: str | None) -> Path:
 
     path = os.path.abspath(os.path.expanduser(flag or str(cache_root())))
     if problem := cache_dir_problem(path):
-        where = "--cache-dir" if flag else f"the cache directory (${CACHE_DIR_ENV}, else ~/.cache/speclens)"
+        where = "--cache-dir" if flag else f"${CACHE_DIR_ENV}" if os.environ.get(CACHE_DIR_ENV) else \
+            "the cache directory ($XDG_CACHE_HOME/speclens)" if os.environ.get("XDG_CACHE_HOME") else \
+            "the cache directory (~/.cache/speclens)"
         sys.exit(f"[speclens] {where} {path}: {problem}")
     return Path(path)
 

@@ -33,22 +33,31 @@ class ReadOnlyDiskStore:
 
     def __init__(self, directory: str | os.PathLike, why: str):
         self.directory = os.fspath(directory)
-        self.location = f"{self.directory} (read-only: answers are served from it, new ones are not stored)"
+        self.location = f"{self.directory} (read-only: its answers are served, new answers are not stored)"
         self.note = f"semantic cache at {self.directory} is read-only ({why}); new answers are not stored"
         self._warned: set[str] = set()
         self._rows("SELECT count(*) FROM Cache")  # unreadable now: unavailable now
 
     def _rows(self, query: str, *args) -> list[tuple]:
+        """Read-only SQLite. A WAL database needs its ``-shm`` file, which a read-only directory cannot hold:
+        then it is opened as immutable (what a cleanly closed cache has in its WAL is already in the file)."""
         check_no_links(self.directory)
         uri = "file:" + quote(os.path.join(self.directory, DB_NAME)) + "?mode=ro"
         try:
-            con = sqlite3.connect(uri, uri=True, timeout=5)
             try:
-                return con.execute(query, args).fetchall()
-            finally:
-                con.close()
+                return self._query(uri, query, args)
+            except sqlite3.OperationalError:
+                return self._query(uri + "&immutable=1", query, args)
         except sqlite3.DatabaseError as err:  # missing, unreadable, corrupt: nothing here can be served
             raise StoreUnavailable(f"read-only disk cache at {self.directory}: {type(err).__name__}: {err}") from err
+
+    @staticmethod
+    def _query(uri: str, query: str, args: tuple) -> list[tuple]:
+        con = sqlite3.connect(uri, uri=True, timeout=5)
+        try:
+            return con.execute(query, args).fetchall()
+        finally:
+            con.close()
 
     def _decode(self, key: str, text) -> dict | None:
         try:

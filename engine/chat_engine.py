@@ -24,7 +24,7 @@ from engine.config import CACHE_OFF, CacheConfig, SamplingConfig, SpecConfig
 from engine.divergence import Divergence, Fp32Proof, first_divergence
 from engine.errors import NoPairError
 from engine.events import Event, final_done
-from engine.speed.kpolicy import AdaptiveK, FixedK, KPolicy
+from engine.speed.kpolicy import AdaptiveK, FixedK, KPolicy, WholeFirstDraft
 from engine.decode.runner import ModelRunner
 from engine.models.loading import LoadedModel, check_pair, check_pair_sources, load_model, resolve_precision
 from engine.proposers import PROPOSERS
@@ -173,18 +173,29 @@ class ChatEngine:
         prompt_ids = self.encode(messages, pair)
         hit, cache_event, scope = cached_chat.lookup(self.cache, pair.target, messages, sampling, cache,
                                                      judge=self._judge(pair, cache.mode))
-        yield cache_event
         stream = self._stream(pair.target, prompt_ids, sampling)
-        if hit.outcome in ("exact", "cached"):
+        if hit.outcome in ("exact", "cached") and not hit.needs_check:  # direct mode, from a store it trusts
+            yield cache_event
             yield from cached_chat.serve(hit, stream, self.cache)
             return
         proposer = PROPOSERS[spec.proposer](lambda: self._runner(pair.draft))  # only model drafts make one
-        if hit.outcome == "verified":  # the cached answer becomes the draft; the target has the last word
-            proposer = CachedAnswerProposer(list(hit.answer_token_ids), fallback=proposer)
+        policy = k_policy(spec, pair.costs)
+        if hit.outcome in ("verified", "exact"):  # the cached answer becomes the draft; the target has the last word
+            answer = list(hit.answer_token_ids)
+            span = max(1, len(answer)) if hit.needs_check else CachedAnswerProposer.DEFAULT_SPAN  # exact: one forward
+            proposer = CachedAnswerProposer(answer, fallback=proposer, span=span)
+            policy = WholeFirstDraft(policy) if hit.needs_check else policy
         decoder = speculative_generate(self._runner(pair.target), proposer, prompt_ids, stream, sampling,
-                                       k_policy=k_policy(spec, pair.costs), cancel=cancel)
-        with closing(self._stepwise(decoder)) as events:
+                                       k_policy=policy, cancel=cancel)
+        with closing(self._stepwise(decoder)) as steps:
+            if hit.needs_check:  # served as ``exact`` (nothing to store) only if the target accepts all of it
+                events = cached_chat.check_exact(hit, steps, self.cache)
+            else:
+                yield cache_event
+                events = steps
             for event in events:
+                if event.type == "cache" and event.outcome == "exact":
+                    scope = None
                 if event.type == "done":
                     cached_chat.remember(self.cache, scope, messages, event)
                 yield event

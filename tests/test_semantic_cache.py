@@ -73,10 +73,12 @@ def test_exact_hit_ignores_case_whitespace_and_trailing_punctuation(tmp_path):
     cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder())
     assert _store(cache, "How do I reverse a list in Python?", answer="xs[::-1]")
     assert normalise_prompt("  how do I   reverse a LIST in python ?!") == "how do i reverse a list in python"
-    hit = cache.lookup("  how do I   reverse a LIST in python ?!", SCOPE)
+    hit = cache.lookup("  how do I   reverse a LIST in python ?!", SCOPE, mode="direct")
     assert hit == CacheHit("exact", entry_key(SCOPE, "How do I reverse a list in Python?"),
                            "How do I reverse a list in Python?", "xs[::-1]", (1, 2, 3), 1.0, "")
     assert hit.to_event().outcome == "exact"
+    checked = cache.lookup("  how do I   reverse a LIST in python ?!", SCOPE)  # verify mode: the target checks it
+    assert checked.outcome == "exact" and checked.needs_check and "verify mode" in checked.reason
 
 
 @pytest.mark.real

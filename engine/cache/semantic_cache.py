@@ -1,8 +1,10 @@
 """Semantic cache in front of the engine: exact tier, semantic tier, guards; storage in a local directory or Redis.
 
 A lookup never crosses scopes (target model, precision, sampling, system prompt, earlier turns) and never
-serves a confident wrong answer: in ``verify`` mode every semantic hit goes to the target as a draft
-(``verified``); in ``direct`` mode a hit is served as is (``cached``) only when every guard passes.
+serves a confident wrong answer: in ``verify`` mode every hit goes to the target as a draft: a near one
+(``verified``), and an exact one too (``exact`` with ``needs_check``: served only when the target accepts
+every token, see engine/cache/cached_chat.py); in ``direct`` mode an exact hit is served as is and a near one
+(``cached``) only when every guard passes, and only from a store it trusts (engine/cache/trust.py).
 
 Storage is a :class:`engine.cache.store.Store` (diskcache directory or a shared Redis). Each instance
 keeps the embeddings in memory and, before a semantic search, applies what the store says changed since its
@@ -36,6 +38,7 @@ from engine.cache.disk_store import DEFAULT_SIZE_LIMIT
 from engine.cache.guards import failed_guards, judge_may_overrule
 from engine.cache.records import BadRecord, check_vocab, encode_record
 from engine.cache.store import Store, StoreUnavailable
+from engine.cache.trust import Trust, check_secret
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +86,7 @@ class CacheHit:
     similarity: float | None = None
     reason: str = ""  # why a semantic hit is verified instead of served (failed guards)
     meta: dict | None = None  # what the writer stored with the answer (e.g. generation seconds)
+    needs_check: bool = False  # an exact hit the target checks first (``reason`` says why): engine/cache/cached_chat.py
 
     def to_event(self) -> CacheEvent:
         return CacheEvent(outcome=self.outcome, matched_prompt=self.prompt, similarity=self.similarity,
@@ -93,16 +97,20 @@ class SemanticCache:
     """Exact + semantic prompt cache over a store (local directory or Redis). See the module docstring."""
 
     def __init__(self, store: Store | str | os.PathLike, embedder, *, threshold: float = DEFAULT_THRESHOLD,
-                 mode: str = "verify", size_limit_bytes: int = DEFAULT_SIZE_LIMIT, ttl_s: float | None = None, clock=time.time):
+                 mode: str = "verify", size_limit_bytes: int = DEFAULT_SIZE_LIMIT, ttl_s: float | None = None,
+                 clock=time.time, secret: str | bytes | None = None):
         """``store``: a :class:`Store`, a ``redis://`` URL or a directory (:func:`open_store`).
         ``clock`` (unix seconds) dates entries and, besides the store's own expiry, decides their TTL on read;
-        tests pass a fake one."""
+        tests pass a fake one. ``secret`` (shared by every instance of the cache) signs each record and
+        refuses those that do not check (engine/cache/trust.py)."""
         _check_mode_and_threshold(mode, threshold)
         if size_limit_bytes <= 0 or (ttl_s is not None and ttl_s <= 0):
             raise InvalidSettingError("cache size limit and TTL must be positive")
+        secret = check_secret(secret)
         self.threshold, self.mode, self.ttl_s, self._clock = float(threshold), mode, ttl_s, clock
         self._store = store if isinstance(store, Store) else open_store(store, size_limit_bytes=size_limit_bytes)
         self.location = self._store.location
+        self._trust = Trust(secret, self._store.shared)
         self._embedder = embedder
         self._dim = getattr(embedder, "dim", None) or len(self._embed("dimension probe"))
         self._index, self._token = EmbeddingIndex(), None  # None: reload all at the next sync
@@ -175,7 +183,7 @@ class SemanticCache:
     def _usable(self, key: str, rec: dict | None, scope: str, vocab_size: int | None) -> bool:
         if rec is None or rec["scope"] != scope or not self._fits(key, rec):
             return False
-        if self._expired(rec):
+        if self._expired(rec) or not self._trust.believes(key, rec, entry_key(rec["scope"], rec["prompt"])):
             return False
         try:
             check_vocab(rec, vocab_size)
@@ -204,8 +212,10 @@ class SemanticCache:
             return CacheHit("miss")
         key = entry_key(scope, prompt)
         rec = self._store.get(key)
+        why = "" if mode == "direct" else "verify mode: the target checks the cached answer"
+        why = why or self._trust.unverified_reason  # "": this hit may be served without the target
         if self._usable(key, rec, scope, vocab_size):
-            return _hit("exact", key, rec, 1.0)
+            return _hit("exact", key, rec, 1.0, why, needs_check=bool(why))
         self._sync()
         for cand, sim in self._index.search(scope, self._embed(prompt)):
             if sim < threshold:
@@ -214,8 +224,8 @@ class SemanticCache:
             if not self._usable(cand, rec, scope, vocab_size):  # evicted, expired or unusable
                 self._index.remove(cand)
                 continue
-            if mode == "verify":
-                return _hit("verified", cand, rec, sim)
+            if why:
+                return _hit("verified", cand, rec, sim, why)
             reasons = failed_guards(rec["prompt"], prompt)
             if reasons and judge is not None and judge_may_overrule(rec["prompt"], prompt) \
                     and judge(rec["prompt"], prompt):
@@ -232,7 +242,7 @@ class SemanticCache:
             return False
         key, vec = entry_key(scope, prompt), self._embed(prompt)
         try:
-            text = encode_record(prompt, scope, answer, answer_token_ids, vec, self._clock(), meta)
+            text = encode_record(prompt, scope, answer, answer_token_ids, vec, self._clock(), meta, self._trust.secret)
         except BadRecord as err:
             log.warning("semantic cache: answer not stored: %s", err)
             return False
@@ -264,7 +274,8 @@ class SemanticCache:
         """Newest first: key, prompt, answer preview, scope, created (unix seconds)."""
         def collect() -> list[dict]:
             recs = [{"key": k, "prompt": r["prompt"], "answer": r["answer"][:120], "scope": r["scope"],
-                     "created": r["created"]} for k, r in self._store.records() if not self._expired(r)]
+                     "created": r["created"]} for k, r in self._store.records()
+                    if not self._expired(r) and self._trust.believes(k, r, entry_key(r["scope"], r["prompt"]))]
             return sorted(recs, key=lambda r: -r["created"])[:limit]
         return self._safely("listing", collect, [])
 
@@ -306,6 +317,6 @@ class SemanticCache:
         self.close()
 
 
-def _hit(outcome: str, key: str, rec: dict, sim: float, reason: str = "") -> CacheHit:
+def _hit(outcome: str, key: str, rec: dict, sim: float, reason: str = "", needs_check: bool = False) -> CacheHit:
     return CacheHit(outcome, key, rec["prompt"], rec["answer"], tuple(rec["answer_token_ids"]), sim, reason,
-                    rec.get("meta") or None)
+                    rec.get("meta") or None, needs_check)

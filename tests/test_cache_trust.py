@@ -122,9 +122,7 @@ def test_a_right_answer_under_an_exact_key_is_served_after_one_forward_or_none(p
     event, tokens, done = ask(engine, mode)
     assert event.outcome == "exact" and list(done.token_ids) == truth and {t.kind for t in tokens} == {"cached"}
     checked = secret is None  # signed and trusted: served as it is; otherwise checked in one target forward
-    assert done.stats.steps == (1 if checked else 0)
-    if checked:
-        assert "accepted every token" in event.reason
+    assert done.stats.steps == (1 if checked else 0) and done.stats.proposer == ("cached-answer" if checked else "cache")
 
 
 def test_a_signed_record_moved_under_another_prompts_key_is_refused(tmp_path, caplog):
@@ -145,3 +143,20 @@ def test_a_signed_record_moved_under_another_prompts_key_is_refused(tmp_path, ca
 def test_a_short_secret_is_refused(tmp_path, secret):
     with pytest.raises(InvalidSettingError, match="at least 16 bytes"):
         open_cache(tmp_path / "c", secret)
+
+
+def test_launch_takes_the_secret_from_the_environment_or_a_file_and_refuses_a_short_one(monkeypatch, tmp_path):
+    import engine.cache.embedder
+    import launch
+    from engine.cache.embedder import HashEmbedder
+
+    monkeypatch.setenv("SPECLENS_CACHE_SECRET", SECRET)
+    assert launch.cache_secret(launch.parse_args([])) == SECRET
+    (tmp_path / "secret").write_text("from a file, long enough\nsecond line\n")
+    assert launch.cache_secret(launch.parse_args(["--cache-secret-file", str(tmp_path / "secret")])) == \
+        "from a file, long enough"
+    with pytest.raises(SystemExit, match="--cache-secret-file .*missing: cannot read it"):
+        launch.cache_secret(launch.parse_args(["--cache-secret-file", str(tmp_path / "missing")]))
+    monkeypatch.setattr(engine.cache.embedder, "load_default_embedder", HashEmbedder)
+    with pytest.raises(SystemExit, match="at least 16 bytes"):
+        launch.open_semantic_cache(tmp_path, secret="short")

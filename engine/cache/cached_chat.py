@@ -74,7 +74,7 @@ def check_exact(hit: CacheHit, events: Iterator[Event], cache: SemanticCache) ->
                 break
             n += 1
         if event.type == "done" and event.finish_reason != "cancelled":
-            yield CacheEvent("exact", hit.prompt, 1.0, reason="the target accepted every token of the cached answer")
+            yield CacheEvent("exact", hit.prompt, 1.0)  # the target accepted every token: served as cached
             yield from (dataclasses.replace(e, kind="cached") if e.type == "token" else e for e in held)
             cache.record_saved(max(0.0, float((hit.meta or {}).get("seconds", 0.0)) - event.stats.elapsed_s))
             yield event

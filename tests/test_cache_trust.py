@@ -121,8 +121,8 @@ def test_a_right_answer_under_an_exact_key_is_served_after_one_forward_or_none(p
     plant(where, engine, truth, secret)
     event, tokens, done = ask(engine, mode)
     assert event.outcome == "exact" and list(done.token_ids) == truth and {t.kind for t in tokens} == {"cached"}
-    checked = secret is None  # signed and trusted: served as it is; otherwise checked in one target forward
-    assert done.stats.steps == (1 if checked else 0) and done.stats.proposer == ("cached-answer" if checked else "cache")
+    checked = not (mode == "direct" and secret)  # signed, trusted: served as it is; else one target forward
+    assert done.stats.steps == int(checked) and done.stats.proposer == ("cached-answer" if checked else "cache")
 
 
 def test_a_signed_record_moved_under_another_prompts_key_is_refused(tmp_path, caplog):

@@ -15,21 +15,17 @@ propagates.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
-import re
 import threading
 import time
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from engine.config import DEFAULT_CACHE_THRESHOLD as DEFAULT_THRESHOLD
-from engine.config import CacheConfig, SamplingConfig
+from engine.config import CacheConfig
 from engine.cache.embedder import EmbeddingIndex, normalise_rows
 from engine.errors import InvalidSettingError
 from engine.events import CacheEvent
@@ -38,7 +34,10 @@ from engine.cache.disk_store import DEFAULT_SIZE_LIMIT
 from engine.cache.guards import failed_guards, judge_may_overrule
 from engine.cache.records import BadRecord, check_vocab, encode_record
 from engine.cache.store import Store, StoreUnavailable
+from engine.cache.keys import entry_key, make_scope, normalise_prompt
 from engine.cache.trust import Trust, check_secret
+
+__all__ = ["OUTCOMES", "CacheHit", "SemanticCache", "entry_key", "make_scope", "normalise_prompt"]
 
 log = logging.getLogger(__name__)
 
@@ -50,30 +49,6 @@ def _check_mode_and_threshold(mode: str, threshold: float) -> None:
     CacheConfig(mode, threshold)
     if mode == "off":
         raise InvalidSettingError("a cache lookup needs mode 'verify' or 'direct'; 'off' skips the lookup")
-
-
-def normalise_prompt(prompt: str) -> str:
-    """Exact-tier key: NFKC, casefold, collapse whitespace, strip trailing punctuation."""
-    s = re.sub(r"\s+", " ", unicodedata.normalize("NFKC", prompt).casefold()).strip()
-    return re.sub(r"[\s.?!,;:\u2026]+$", "", s)
-
-
-def make_scope(target: str, precision: str, sampling: SamplingConfig, system_prompt: str,
-               history: list[dict]) -> str:
-    """Stable hash of everything besides the prompt that shapes the answer. The draft model is not in it."""
-    turns = [{"role": m.get("role"), "content": m.get("content")} for m in history or []]
-    payload = {
-        "target": target, "precision": precision,
-        "temperature": float(sampling.temperature), "top_p": float(sampling.top_p), "top_k": int(sampling.top_k),
-        "seed": sampling.seed if sampling.temperature > 0 else None,
-        "system": system_prompt or "",
-        "history": hashlib.sha256(json.dumps(turns, sort_keys=True, default=str).encode()).hexdigest(),
-    }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def entry_key(scope: str, prompt: str) -> str:
-    return hashlib.sha256(f"{scope}\n{normalise_prompt(prompt)}".encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)

@@ -187,9 +187,9 @@ class SemanticCache:
             return CacheHit("miss")
         key = entry_key(scope, prompt)
         rec = self._store.get(key)
-        why = "" if mode == "direct" else "verify mode: the target checks the cached answer"
-        why = why or self._trust.unverified_reason  # "": this hit may be served without the target
+        untrusted = "" if mode == "verify" else self._trust.unverified_reason  # direct mode, store not trusted
         if self._usable(key, rec, scope, vocab_size):
+            why = "verify mode: the target checks the cached answer" if mode == "verify" else untrusted
             return _hit("exact", key, rec, 1.0, why, needs_check=bool(why))
         self._sync()
         for cand, sim in self._index.search(scope, self._embed(prompt)):
@@ -199,8 +199,8 @@ class SemanticCache:
             if not self._usable(cand, rec, scope, vocab_size):  # evicted, expired or unusable
                 self._index.remove(cand)
                 continue
-            if why:
-                return _hit("verified", cand, rec, sim, why)
+            if mode == "verify" or untrusted:
+                return _hit("verified", cand, rec, sim, untrusted)
             reasons = failed_guards(rec["prompt"], prompt)
             if reasons and judge is not None and judge_may_overrule(rec["prompt"], prompt) \
                     and judge(rec["prompt"], prompt):

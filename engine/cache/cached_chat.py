@@ -1,8 +1,6 @@
-"""The semantic cache in front of generation: scope, lookup, serving a hit, checking an exact one, storing a
-finished answer."""
+"""The semantic cache in front of generation: scope, lookup, serving a hit, storing a finished answer."""
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 
 from engine.config import CacheConfig, SamplingConfig
@@ -53,42 +51,6 @@ def serve(hit: CacheHit, stream: TokenStream, cache: SemanticCache) -> Iterator[
     done = stream.done(stats.snapshot(len(stream.token_ids)))
     cache.record_saved(max(0.0, float((hit.meta or {}).get("seconds", 0.0)) - done.stats.elapsed_s))
     yield done
-
-
-def check_exact(hit: CacheHit, events: Iterator[Event], cache: SemanticCache) -> Iterator[Event]:
-    """An exact hit that the target must check (verify mode, or a store not trusted): ``events`` is the
-    speculative decode with the cached answer as its draft (one forward over all of it, see
-    ``engine.speed.kpolicy.WholeFirstDraft``). Tokens are held back while they match the cached answer.
-
-    - The target accepts every token: CacheEvent ``exact``, the tokens as ``cached``, the decode's DoneEvent.
-    - It corrects one: CacheEvent ``verified`` (the reason says where), then everything streams as decided.
-      The corrected answer replaces the entry when it is complete (the caller stores it); an entry refuted
-      inside its answer is deleted otherwise.
-    """
-    answer, held, n, refuted_at = hit.answer_token_ids, [], 0, None
-    for event in events:
-        if event.type == "token":
-            if n >= len(answer) or event.token_id != answer[n]:
-                refuted_at = n
-                held.append(event)
-                break
-            n += 1
-        if event.type == "done" and event.finish_reason != "cancelled":
-            yield CacheEvent("exact", hit.prompt, 1.0)  # the target accepted every token: served as cached
-            yield from (dataclasses.replace(e, kind="cached") if e.type == "token" else e for e in held)
-            cache.record_saved(max(0.0, float((hit.meta or {}).get("seconds", 0.0)) - event.stats.elapsed_s))
-            yield event
-            return
-        held.append(event)
-    where = f"at token {refuted_at + 1}" if refuted_at is not None else "(cancelled before it finished)"
-    yield CacheEvent("verified", hit.prompt, 1.0, reason=f"the target corrected the cached answer {where}; "
-                                                         "the corrected answer replaces it")
-    yield from held
-    for event in events:
-        if event.type == "done" and event.finish_reason != "eos" and refuted_at is not None \
-                and refuted_at < len(answer):
-            cache.delete(hit.entry_key)  # wrong, and nothing complete to replace it with
-        yield event
 
 
 def remember(cache: SemanticCache | None, scope: str | None, messages: list[dict], done) -> bool:

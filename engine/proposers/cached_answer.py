@@ -17,9 +17,7 @@ from engine.proposers.ngram import ngram_lookup
 class CachedAnswerProposer:
     name = "cached-answer"
 
-    DEFAULT_SPAN = 32
-
-    def __init__(self, answer_ids: list[int], fallback: Proposer, span: int = DEFAULT_SPAN):
+    def __init__(self, answer_ids: list[int], fallback: Proposer, span: int = 32):
         self.answer_ids = list(answer_ids)
         self.fallback = fallback
         self.span = span  # chunk length: a 1.5B verify of 33 tokens costs little more than of 1 on CPU

@@ -113,28 +113,3 @@ class AdaptiveK:
             return
         self.accepted = self.decay * self.accepted + n_accepted
         self.rejected = self.decay * self.rejected + (1 if n_accepted < n_proposed else 0)
-
-
-class WholeFirstDraft:
-    """Another policy, except that the first free draft is not capped: an exact cache hit is checked in one
-    target forward over the whole cached answer (engine/cache/cached_chat.py)."""
-
-    def __init__(self, policy: KPolicy):
-        self.policy, self._first = policy, True
-
-    def choose(self) -> KChoice:
-        return self.policy.choose()
-
-    def free_limit(self) -> int | None:
-        if self._first:
-            self._first = False
-            return None
-        return self.policy.free_limit()
-
-    def update(self, n_accepted: int, n_proposed: int, draft_s: float, verify_s: float, n_fed: int,
-               n_free: int = 0) -> None:
-        self.policy.update(n_accepted, n_proposed, draft_s, verify_s, n_fed, n_free)
-
-    @property
-    def costs(self) -> StepCosts | None:
-        return self.policy.costs

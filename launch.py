@@ -51,6 +51,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "namespace: redis://[:password@]host:port/db (default: $SPECLENS_CACHE_URL, else a local "
                         "directory under the cache root). With a password, prefer the variable or --cache-url-file")
     p.add_argument("--cache-url-file", metavar="FILE", help="read --cache-url from FILE (its first line)")
+    p.add_argument("--cache-secret", default=os.environ.get("SPECLENS_CACHE_SECRET") or None,
+                   help="a secret (16+ bytes) shared by every instance of the semantic cache: records are signed "
+                        "(HMAC-SHA256) and those that do not check are refused. Without one, a shared (Redis) cache "
+                        "serves nothing unchecked: the target verifies every hit (default: $SPECLENS_CACHE_SECRET; "
+                        "on the command line, `ps` shows it: prefer the variable or --cache-secret-file)")
+    p.add_argument("--cache-secret-file", default=None,
+                   help="read the cache secret from this file (its first line)")
     p.add_argument("--cache-namespace", default=os.environ.get("SPECLENS_CACHE_NAMESPACE") or "speclens",
                    help="key prefix in Redis; deployments with different namespaces never see each other's "
                         "entries (default: $SPECLENS_CACHE_NAMESPACE or speclens)")
@@ -85,11 +92,24 @@ def _no_phoning_home() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
-def open_semantic_cache(cache_dir: Path, cache_url: str | None = None, namespace: str = "speclens"):
+def cache_secret(args: argparse.Namespace) -> str | None:
+    """The cache secret: --cache-secret-file's first line, else --cache-secret / $SPECLENS_CACHE_SECRET."""
+    if not args.cache_secret_file:
+        return args.cache_secret
+    try:
+        with open(os.path.expanduser(args.cache_secret_file), encoding="utf-8") as f:
+            return f.readline().strip()
+    except (OSError, UnicodeDecodeError) as err:
+        sys.exit(f"[speclens] --cache-secret-file {args.cache_secret_file}: cannot read it ({err})")
+
+
+def open_semantic_cache(cache_dir: Path, cache_url: str | None = None, namespace: str = "speclens",
+                        secret: str | None = None):
     """The semantic cache in Redis (``cache_url``) or in ``cache_dir``; None (with a message) when it cannot
-    be opened: the store is unavailable (a read-only or locked directory) or the embedder is missing. A Redis
-    that is down is not an error: the cache warns and reconnects later. A bad URL or namespace ends the
-    program with a message; any other error is a bug and propagates."""
+    be opened: the store is unavailable (a locked directory, or no directory at all) or the embedder is missing.
+    A read-only directory is served read-only, with a note. A Redis that is down is not an error: the cache
+    warns and reconnects later. A bad URL, namespace or secret ends the program with a message; any other
+    error is a bug and propagates."""
     from engine.cache.backends import StoreUnavailable, is_url, open_store
     from engine.cache.embedder import load_default_embedder
     from engine.cache.records import mask_url
@@ -101,14 +121,16 @@ def open_semantic_cache(cache_dir: Path, cache_url: str | None = None, namespace
     print("[speclens] opening the semantic cache (MiniLM embedder)…", flush=True)
     try:
         store = open_store(cache_url or cache_dir / "semantic-cache", namespace=namespace)
-        cache = SemanticCache(store, load_default_embedder())
+        cache = SemanticCache(store, load_default_embedder(), secret=secret)
     except InvalidSettingError as err:
         sys.exit(f"[speclens] {err}")
     except (StoreUnavailable, OSError, ImportError) as err:  # ImportError, OSError: the embedder is missing
         message = str(err).replace(cache_url, mask_url(cache_url)) if cache_url else str(err)
         print(f"[speclens] semantic cache disabled: {type(err).__name__}: {message}", flush=True)
         return None
-    print(f"[speclens] semantic cache: {cache.location}", flush=True)
+    signed = " (records signed with the cache secret)" if secret else \
+        " (no --cache-secret: every hit is verified by the target)" if cache_url else ""
+    print(f"[speclens] semantic cache: {cache.location}{signed}", flush=True)
     if cache.problem:
         print(f"[speclens] warning: {cache.problem}", flush=True)
     return cache
@@ -126,7 +148,7 @@ def load_engine(args: argparse.Namespace, cache_dir: Path):
 
     target, draft = args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT
     start = time.perf_counter()
-    cache = open_semantic_cache(cache_dir, args.cache_url, args.cache_namespace)
+    cache = open_semantic_cache(cache_dir, args.cache_url, args.cache_namespace, cache_secret(args))
     engine = ChatEngine(cache=cache, cache_dir=cache_dir)
     print(f"[speclens] loading target {target} and draft {draft} (first use converts the weights once)…",
           flush=True)
@@ -143,8 +165,8 @@ def load_engine(args: argparse.Namespace, cache_dir: Path):
 
 
 def cache_dir_problem(path: str) -> str | None:
-    """Why ``path`` cannot be the cache directory, or None. A read-only one is fine: the app then keeps its
-    measurements in memory and runs without the semantic cache."""
+    """Why ``path`` cannot be the cache directory, or None. A read-only one is fine: models converted elsewhere
+    load from it, the semantic cache in it is served read-only, and measurements stay in memory."""
     existing = path
     while not os.path.exists(existing):  # the nearest part of the path that exists (missing ones get created)
         existing = os.path.dirname(existing)
@@ -160,7 +182,9 @@ def choose_cache_dir(flag: str | None) -> Path:
 
     path = os.path.abspath(os.path.expanduser(flag or str(cache_root())))
     if problem := cache_dir_problem(path):
-        where = "--cache-dir" if flag else f"the cache directory (${CACHE_DIR_ENV}, else ~/.cache/speclens)"
+        where = "--cache-dir" if flag else f"${CACHE_DIR_ENV}" if os.environ.get(CACHE_DIR_ENV) else \
+            "the cache directory ($XDG_CACHE_HOME/speclens)" if os.environ.get("XDG_CACHE_HOME") else \
+            "the cache directory (~/.cache/speclens)"
         sys.exit(f"[speclens] {where} {path}: {problem}")
     return Path(path)
 

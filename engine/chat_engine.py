@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -24,16 +24,16 @@ from engine.models.devices import check_target_precision, gpu_bytes, is_out_of_m
 from engine.models.hardware import describe_choice, detect_machine
 from engine.models.prompt import encode_chat
 from engine.config import AUTO, CACHE_OFF, CacheConfig, SamplingConfig, SpecConfig
-from engine.divergence import Divergence, Fp32Proof, batch_invariant, first_divergence
+from engine.divergence import Divergence, Fp32Proof, batch_invariant, first_disagreement, first_divergence
 from engine.errors import NoPairError
-from engine.events import Event, final_done
+from engine.events import CacheEvent, Event, final_done
 from engine.speed.kpolicy import AdaptiveK, FixedK, KPolicy
 from engine.decode.runner import ModelRunner
 from engine.models.loading import LoadedModel, check_pair, check_pair_sources, load_model, plan_precisions
 from engine.proposers import PROPOSERS
 from engine.proposers.cached_answer import CachedAnswerProposer
 from engine.decode.reference import reference_generate
-from engine.cache.semantic_cache import SemanticCache
+from engine.cache.semantic_cache import CacheHit, SemanticCache
 from engine.decode.speculative import speculative_generate
 from engine.decode.stream import TokenStream
 from engine.surface import CacheEntry, CacheInfo, CacheStats, PairInfo
@@ -203,8 +203,10 @@ class ChatEngine:
         prompt_ids = self.encode(messages, pair)
         hit, cache_event, scope = cached_chat.lookup(self.cache, pair.target, messages, sampling, cache,
                                                      judge=self._judge(pair, cache.mode))
-        yield cache_event
         stream = self._stream(pair.target, prompt_ids, sampling)
+        if hit.needs_check:  # verify mode, or a store not trusted: served only if the target would say it
+            hit, cache_event = self._check(pair, prompt_ids, hit, sampling, stream.max_new_tokens)
+        yield cache_event
         if hit.outcome in ("exact", "cached"):
             yield from cached_chat.serve(hit, stream, self.cache)
             return
@@ -215,9 +217,29 @@ class ChatEngine:
                                        k_policy=k_policy(spec, pair.costs), cancel=cancel)
         with closing(self._stepwise(decoder, pair)) as events:
             for event in events:
-                if event.type == "done":
-                    cached_chat.remember(self.cache, scope, messages, event)
+                if event.type == "done" and not cached_chat.remember(self.cache, scope, messages, event) \
+                        and hit.refuted:
+                    self.cache.delete(hit.entry_key)  # wrong, and nothing complete to replace it with
                 yield event
+
+    def _check(self, pair: Pair, prompt_ids: list[int], hit: CacheHit, sampling: SamplingConfig,
+               limit: int) -> tuple[CacheHit, CacheEvent]:
+        """An exact hit the target must check: one forward over the cached answer, as far as this request's
+        ``limit`` of new tokens serves it (:func:`engine.divergence.first_disagreement`). Served as ``exact``
+        when the target would give every token (rounding ties aside); otherwise it becomes the draft of a
+        ``verified`` answer that replaces it. A sampled answer is always drawn again, the cached one its draft."""
+        at, answer = None, list(hit.answer_token_ids)
+        if sampling.greedy:
+            with self._lock:
+                at = first_disagreement(pair.target, prompt_ids, answer[:limit], ends=len(answer) < limit)
+            if at is None:
+                hit = replace(hit, needs_check=False, reason="")
+                return hit, hit.to_event()
+            why = f"the target disagrees with the cached answer at token {at + 1}; its own answer replaces it"
+        else:
+            why = "a sampled answer: the target draws its own, with the cached one as its draft"
+        hit = replace(hit, outcome="verified", reason=why, refuted=at is not None)
+        return hit, hit.to_event()
 
     def generate_reference(self, messages: list[dict], sampling: SamplingConfig,
                            cancel: threading.Event | None = None) -> Iterator[Event]:

@@ -91,6 +91,30 @@ def top_logits(target: LoadedModel, ids: list[int]) -> torch.Tensor:
     return target.model(x, logits_to_keep=1).logits[0, -1, : target.vocab_size].float().cpu()
 
 
+@torch.inference_mode()
+def first_disagreement(target: LoadedModel, prompt_ids: list[int], answer_ids: list[int],
+                       ends: bool = True) -> int | None:
+    """Where the target, greedy, would not give ``answer_ids`` (and then end, when ``ends``), judged in one
+    forward: the first position whose token sits more than a rounding tie (TIE_STEPS steps) below the top
+    logit, or ``len(answer_ids)`` when no end-of-answer token is within a tie of the top there; None when it
+    would say exactly this. One long forward rounds differently from the decode that wrote the answer, so a
+    bf16 target would otherwise re-decide its own ties (fp32's step is tiny: there it is the plain argmax)."""
+    n = len(answer_ids)
+    if len(prompt_ids) + n >= target.context_window:
+        return 0
+    x = torch.tensor([list(prompt_ids) + list(answer_ids)], device=target.device)
+    logits = target.model(x, logits_to_keep=n + 1).logits[0, :, : target.vocab_size].float().cpu()  # (n+1, vocab)
+    eos = sorted(target.eos_ids)
+    for i, row in enumerate(logits):
+        if i == n and not (ends and target.eos_ids):
+            break
+        top = float(row.max())
+        wanted = float(row[answer_ids[i]]) if i < n else float(row[eos].max())
+        if top - wanted > TIE_STEPS * rounding_step(target.precision, top):
+            return i
+    return None
+
+
 def first_divergence(target: LoadedModel, prompt_ids: list[int], reference: list[int],
                      other: list[int]) -> Divergence | None:
     """The first position where ``other`` leaves ``reference``, with the target's top-2 margin there."""

@@ -5,7 +5,8 @@ Token kinds (same names in CSS classes, the legend and tests):
 - ``corrected``: the target rejected the draft token at this position and emitted this one instead.
 - ``bonus``: the target's extra token after a fully accepted draft.
 - ``target``: a token from a target-only step (reference decoder, or speculation switched off / in fallback).
-- ``cached``: served straight from the semantic cache, never seen by a model.
+- ``cached``: served from the semantic cache: as stored (direct mode, a trusted store), or once the target
+  checked that it would give every token (an exact hit in verify mode, ChatEngine._check).
 """
 from __future__ import annotations
 

@@ -218,6 +218,9 @@ def test_same_prompt_again_is_a_cache_hit(page):
     wait_answer(page, send(page, prompt))
     assert page.locator("#stats .cache-outcome").get_attribute("data-outcome") == "miss"
     clear_chat(page)  # the cache is scoped by the conversation: same (empty) history, same prompt
+    # In verify mode the target checks the hit first (tests/test_cached_chat.py, tests/test_shared_cache_app.py);
+    # here the mode radio is used too: direct mode serves the user's own cache as it is.
+    page.locator("#cache-mode").get_by_label("direct").check()
     wait_answer(page, send(page, prompt))
     # The engine emits a CacheEvent first; an identical prompt in the same scope is an exact hit, served as
     # `cached` tokens, and the answer names the prompt it matched.

@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 class MemoryStore:
     """Fake store: records in a dict, every change logged; ``fail`` (an exception) is raised by every verb."""
 
-    def __init__(self):
-        self.location, self.fail = "memory", None
+    def __init__(self, shared: bool = False):
+        self.location, self.fail, self.shared = "memory", None, shared
         self._texts: dict[str, str] = {}
         self._log: list[Change] = []
 
@@ -83,6 +83,8 @@ def protocol_mismatches(store) -> list[str]:
     """How ``store`` differs from the Store Protocol: missing verbs, other signatures (names, kinds,
     defaults, annotations), a missing or non-text ``location``."""
     problems = [] if isinstance(getattr(store, "location", None), str) else ["location is not a str"]
+    if not isinstance(getattr(store, "shared", None), bool):
+        problems.append("shared is not a bool")
     for name, verb in inspect.getmembers(Store, inspect.isfunction):
         if name.startswith("_"):
             continue

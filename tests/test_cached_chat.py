@@ -39,10 +39,70 @@ def reference(engine, prompt):
 def test_miss_then_exact_hit_replays_the_same_answer_as_cached_tokens(engine):
     first = ask(engine, "In one short sentence, what is a Python list?")
     assert first[0].outcome == "miss" and first[-1].finish_reason == "eos"
-    again = ask(engine, "in one short sentence,  what is a python list")
+    variant = "in one short sentence,  what is a python list"
+    again = ask(engine, variant, cache=CacheConfig("direct"))  # the user's own directory: served as it is
     assert again[0].outcome == "exact" and again[0].matched_prompt == "In one short sentence, what is a Python list?"
     assert again[-1].token_ids == first[-1].token_ids and again[-1].text == first[-1].text
     assert {e.kind for e in again if e.type == "token"} == {"cached"}
+    checked = ask(engine, variant)  # verify mode: the target checks the cached answer against this very text
+    assert checked[0].outcome in ("exact", "verified")
+    assert checked[-1].token_ids == reference(engine, variant).token_ids
+
+
+WRONG = "def add(a, b):\n    return a - b  # deliberately wrong\n"
+
+
+def _plant(cache, engine, prompt, text=WRONG):
+    """Another writer puts ``text`` under the exact key of ``prompt`` (same scope)."""
+    ids = engine.target.tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert cache.store(prompt, _scope(engine, prompt), text, ids, complete=True)
+
+
+def test_a_wrong_exact_hit_is_corrected_replaced_and_then_served_after_one_forward(engine):
+    """Verify mode on the user's directory: the target checks an exact hit, corrects it, the corrected answer
+    replaces it; the next time the whole answer is accepted in one target forward and served as cached."""
+    prompt = "In one short sentence, what is a Python tuple?"
+    _plant(engine.cache, engine, prompt)
+    truth = reference(engine, prompt)
+    assert truth.finish_reason == "eos"  # a complete answer: the corrected one replaces the planted one
+    first = ask(engine, prompt)
+    assert first[0].outcome == "verified" and "disagrees with the cached answer" in first[0].reason
+    assert first[-1].token_ids == truth.token_ids and "a - b" not in first[-1].text
+    again = ask(engine, prompt)
+    assert again[0].outcome == "exact" and again[-1].token_ids == truth.token_ids
+    assert {e.kind for e in again if e.type == "token"} == {"cached"} and again[-1].stats.steps == 0
+
+
+def test_a_bf16_target_serves_its_own_answer_again_despite_rounding_ties(real_models, loaded, tmp_path):
+    """int8-weight computes in bf16: checking a whole answer in one forward rounds differently from the decode
+    that wrote it, and re-decided ties at low-confidence tokens (p 0.33 vs the cached one); a tie is not a
+    disagreement."""
+    engine = ChatEngine(cache=SemanticCache(tmp_path / "cache", load_default_embedder()))
+    engine.use_models(real_models.model(SMOL, "int8-weight"), loaded[1])
+    prompt = "Reply with just the word yes."
+    first = ask(engine, prompt)
+    assert first[0].outcome == "miss" and first[-1].finish_reason == "eos"
+    again = ask(engine, prompt)  # verify mode
+    assert again[0].outcome == "exact" and again[-1].token_ids == first[-1].token_ids
+    assert {e.kind for e in again if e.type == "token"} == {"cached"}
+
+
+@pytest.mark.parametrize("secret", [None, "a secret the instances share"])
+def test_a_wrong_exact_hit_in_a_shared_redis_is_never_served_in_direct_mode(loaded, redis_server, secret):
+    """Without a secret the target checks every hit from a shared store; with one, an unsigned record is
+    refused."""
+    from engine.cache.redis_store import RedisStore
+
+    def cache(signing):
+        return SemanticCache(RedisStore(redis_server.url, namespace=f"shared-{secret is None}"),
+                             load_default_embedder(), secret=signing)
+    engine = ChatEngine(cache=cache(secret))
+    engine.use_models(*loaded)
+    prompt = "Write a Python function that adds two numbers."
+    _plant(cache(None), engine, prompt)
+    events = ask(engine, prompt, cache=CacheConfig("direct"))
+    assert events[0].outcome == ("verified" if secret is None else "miss")
+    assert events[-1].token_ids == reference(engine, prompt).token_ids and "a - b" not in events[-1].text
 
 
 def test_verified_path_returns_the_target_answer_even_when_the_cached_answer_is_wrong(engine):

@@ -23,8 +23,12 @@ class FakeClock:
         return self.now
 
 
-def _cache(url, namespace, mode="verify", **store_kwargs):
-    return SemanticCache(RedisStore(url, namespace=namespace, **store_kwargs), PrefixBlindEmbedder(), mode=mode)
+SECRET = "a secret shared by the instances"
+
+
+def _cache(url, namespace, mode="verify", secret=None, **store_kwargs):
+    return SemanticCache(RedisStore(url, namespace=namespace, **store_kwargs), PrefixBlindEmbedder(), mode=mode,
+                         secret=secret)
 
 
 def _store(cache, prompt, answer="an answer", ids=(1, 2, 3)):
@@ -33,7 +37,7 @@ def _store(cache, prompt, answer="an answer", ids=(1, 2, 3)):
 
 def test_two_instances_share_exact_and_semantic_hits(redis_server, request):
     ns = request.node.name
-    a, b = _cache(redis_server.url, ns, mode="direct"), _cache(redis_server.url, ns, mode="direct")
+    a, b = (_cache(redis_server.url, ns, mode="direct", secret=SECRET) for _ in range(2))
     assert len(b) == 0  # b's index is loaded before a writes
     assert _store(a, "What is a monad?", answer="a monoid in the category of endofunctors")
     hit = b.lookup("what is a monad", SCOPE)

@@ -1,5 +1,6 @@
 """Semantic cache: scopes, outcomes, guards in direct mode, persistence, corruption, processes, TTL, scale."""
 import glob
+import os
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,7 @@ from engine.config import SamplingConfig
 from engine.cache.embedder import HashEmbedder, load_default_embedder
 from engine.errors import InvalidSettingError
 from engine.cache.semantic_cache import CacheHit, SemanticCache, entry_key, make_scope, normalise_prompt
+from engine.cache.store import StoreUnavailable
 
 REPO = Path(__file__).resolve().parents[1]
 SCOPE = make_scope("qwen-1.5b", "bf16", SamplingConfig(), "You are helpful.", [])
@@ -71,10 +73,12 @@ def test_exact_hit_ignores_case_whitespace_and_trailing_punctuation(tmp_path):
     cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder())
     assert _store(cache, "How do I reverse a list in Python?", answer="xs[::-1]")
     assert normalise_prompt("  how do I   reverse a LIST in python ?!") == "how do i reverse a list in python"
-    hit = cache.lookup("  how do I   reverse a LIST in python ?!", SCOPE)
+    hit = cache.lookup("  how do I   reverse a LIST in python ?!", SCOPE, mode="direct")
     assert hit == CacheHit("exact", entry_key(SCOPE, "How do I reverse a list in Python?"),
                            "How do I reverse a list in Python?", "xs[::-1]", (1, 2, 3), 1.0, "")
     assert hit.to_event().outcome == "exact"
+    checked = cache.lookup("  how do I   reverse a LIST in python ?!", SCOPE)  # verify mode: the target checks it
+    assert checked.outcome == "exact" and checked.needs_check and "verify mode" in checked.reason
 
 
 @pytest.mark.real
@@ -189,13 +193,13 @@ def test_corruption_under_an_open_cache_is_recovered(tmp_path):
     assert _store(cache, "after") and cache.lookup("after", SCOPE).outcome == "exact" and len(cache) == 1
 
 
-def test_file_in_place_of_the_directory_is_moved_aside(tmp_path):
+def test_a_file_in_place_of_the_directory_is_left_alone_and_the_cache_is_unavailable(tmp_path):
+    """Not a damaged cache but somebody's file: it is neither renamed nor replaced."""
     directory = tmp_path / "c"
     directory.write_text("not a directory")
-    with pytest.warns(RuntimeWarning):
-        cache = SemanticCache(directory, PrefixBlindEmbedder())
-    assert directory.is_dir() and _store(cache, "hello there")
-    assert cache.lookup("hello there", SCOPE).outcome == "exact"
+    with pytest.raises(StoreUnavailable, match="is a file, not a directory; it is left as it is"):
+        SemanticCache(directory, PrefixBlindEmbedder())
+    assert directory.read_text() == "not a directory" and os.listdir(tmp_path) == ["c"]
 
 
 # ---- processes and scale ---------------------------------------------------------------------------

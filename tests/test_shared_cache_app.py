@@ -5,6 +5,7 @@ and shows a warning; once Redis is back, both instances use it again.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import urllib.request
@@ -54,7 +55,8 @@ def shared(tmp_path_factory):
                 procs.append(subprocess.Popen(
                     [sys.executable, "launch.py", "--no-browser", "--port", str(port), *PAIR, "--cache-dir",
                      str(cache_dir), "--cache-url", redis_server.url, "--cache-namespace", "app-test"],
-                    cwd=ROOT, stdout=out, stderr=subprocess.STDOUT))
+                    cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                    env={**os.environ, "SPECLENS_CACHE_SECRET": "one secret for both instances"}))
             urls.append(f"http://127.0.0.1:{port}/")
             logs.append(log)
             proc = procs[-1]
@@ -83,7 +85,9 @@ def test_an_answer_from_one_instance_is_an_exact_hit_in_the_other(shared):
     first = _chat(one, "Reply with just the word yes.")
     assert first["finish_reason"] == "eos", "the answer must finish to be stored"
     assert first["cache"]["outcome"] == "miss"
-    second = _chat(two, "reply with just the word YES")
+    # the same text: in verify mode (the app's default) instance two's target checks the signed record
+    # against it in one forward and, accepting every token, serves it as an exact hit
+    second = _chat(two, "Reply with just the word yes.")
     assert second["cache"]["outcome"] == "exact" and second["text"] == first["text"]
     assert "redis://127.0.0.1" in _cache_summary(two)
 

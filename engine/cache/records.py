@@ -3,11 +3,17 @@
 Nothing but JSON is ever stored or read (never pickle): a record read from disk or from a shared Redis may
 have been written by another program, so :func:`decode_record` checks every field's type and shape and
 raises :class:`BadRecord` for anything else. The caller skips such a record with a warning.
+
+Well-formed is not honest: whoever can write a shared store can write a wrong answer. With a secret the
+instances share, each record carries ``mac``, an HMAC-SHA256 of its fields (:func:`record_mac`), and a
+record whose ``mac`` does not check is refused (:func:`signed_by`).
 """
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import json
 import math
 import re
@@ -28,18 +34,36 @@ class BadRecord(ValueError):
 
 
 def encode_record(prompt: str, scope: str, answer: str, answer_token_ids, embedding: np.ndarray,
-                  created: float, meta: dict | None = None) -> str:
-    """The JSON text of one entry. The embedding travels as base64 of little-endian float32. Raises BadRecord
-    for an entry that :func:`decode_record` would refuse (too long, a negative token id, a non-finite
-    embedding): what no reader accepts is never written."""
+                  created: float, meta: dict | None = None, secret: bytes | None = None) -> str:
+    """The JSON text of one entry, signed when a ``secret`` is given. The embedding travels as base64 of
+    little-endian float32. Raises BadRecord for an entry that :func:`decode_record` would refuse (too long,
+    a negative token id, a non-finite embedding): what no reader accepts is never written."""
     vec = np.asarray(embedding, dtype="<f4").reshape(-1)
     rec = {"schema": SCHEMA, "prompt": prompt, "scope": scope, "answer": answer,
            "answer_token_ids": [int(t) for t in answer_token_ids],
            "embedding": base64.b64encode(vec.tobytes()).decode("ascii"), "created": float(created),
            "meta": {str(k): float(v) for k, v in (meta or {}).items() if isinstance(v, (int, float))}}
+    if secret is not None:
+        rec["mac"] = record_mac(decode_record(json.dumps(rec)), secret)
     text = json.dumps(rec, ensure_ascii=False, separators=(",", ":"))
     decode_record(text)
     return text
+
+
+def record_mac(rec: dict, secret: bytes) -> str:
+    """HMAC-SHA256 (hex) of every field a reader uses, in a canonical form rebuilt from the checked record: the
+    same bytes whoever wrote the JSON and however its keys were ordered."""
+    fields = {name: rec[name] for name in ("schema", "prompt", "scope", "answer", "answer_token_ids", "created",
+                                           "meta")}
+    fields["embedding"] = base64.b64encode(np.asarray(rec["embedding"], dtype="<f4").tobytes()).decode("ascii")
+    payload = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return hmac.new(secret, payload, hashlib.sha256).hexdigest()
+
+
+def signed_by(rec: dict, secret: bytes) -> bool:
+    """Whether the record carries a valid ``mac`` for ``secret`` (compared in constant time)."""
+    mac = rec.get("mac")
+    return isinstance(mac, str) and hmac.compare_digest(mac, record_mac(rec, secret))
 
 
 def _need(cond: bool, what: str) -> None:
@@ -78,6 +102,7 @@ def decode_record(text) -> dict:
     _need(len(raw) > 0 and len(raw) % 4 == 0, "embedding has a bad length")
     vec = np.frombuffer(raw, dtype="<f4").astype(np.float32)
     _need(bool(np.isfinite(vec).all()), "embedding has non-finite values")
+    _need(isinstance(rec.get("mac", ""), str), "mac must be text")
     return {**rec, "embedding": vec, "meta": meta}
 
 

@@ -57,6 +57,8 @@ def _text(value) -> str:
 class RedisStore:
     """Cache records in Redis. See the module docstring."""
 
+    shared = True  # every instance with the URL writes here: records are trusted only when signed
+
     def __init__(self, url: str, namespace: str = DEFAULT_NAMESPACE, max_entries: int = DEFAULT_MAX_ENTRIES,
                  retry_after_s: float = RETRY_AFTER_S, clock=time.monotonic):
         """Connects lazily: a server that is down is StoreUnavailable at the first call, not here. A bad

@@ -1,8 +1,10 @@
 """Semantic cache in front of the engine: exact tier, semantic tier, guards; storage in a local directory or Redis.
 
 A lookup never crosses scopes (target model, precision, sampling, system prompt, earlier turns) and never
-serves a confident wrong answer: in ``verify`` mode every semantic hit goes to the target as a draft
-(``verified``); in ``direct`` mode a hit is served as is (``cached``) only when every guard passes.
+serves a confident wrong answer: in ``verify`` mode every hit goes to the target as a draft: a near one
+(``verified``), and an exact one too (``exact`` with ``needs_check``: served only when the target accepts
+every token, see ChatEngine._check); in ``direct`` mode an exact hit is served as is and a near one
+(``cached``) only when every guard passes, and only from a store it trusts (engine/cache/trust.py).
 
 Storage is a :class:`engine.cache.store.Store` (diskcache directory or a shared Redis). Each instance
 keeps the embeddings in memory and, before a semantic search, applies what the store says changed since its
@@ -13,21 +15,17 @@ propagates.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
-import re
 import threading
 import time
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from engine.config import DEFAULT_CACHE_THRESHOLD as DEFAULT_THRESHOLD
-from engine.config import CacheConfig, SamplingConfig
+from engine.config import CacheConfig
 from engine.cache.embedder import EmbeddingIndex, normalise_rows
 from engine.errors import InvalidSettingError
 from engine.events import CacheEvent
@@ -36,6 +34,10 @@ from engine.cache.disk_store import DEFAULT_SIZE_LIMIT
 from engine.cache.guards import failed_guards, judge_may_overrule
 from engine.cache.records import BadRecord, check_vocab, encode_record
 from engine.cache.store import Store, StoreUnavailable
+from engine.cache.keys import entry_key, make_scope, normalise_prompt
+from engine.cache.trust import Trust, check_secret
+
+__all__ = ["OUTCOMES", "CacheHit", "SemanticCache", "entry_key", "make_scope", "normalise_prompt"]
 
 log = logging.getLogger(__name__)
 
@@ -49,30 +51,6 @@ def _check_mode_and_threshold(mode: str, threshold: float) -> None:
         raise InvalidSettingError("a cache lookup needs mode 'verify' or 'direct'; 'off' skips the lookup")
 
 
-def normalise_prompt(prompt: str) -> str:
-    """Exact-tier key: NFKC, casefold, collapse whitespace, strip trailing punctuation."""
-    s = re.sub(r"\s+", " ", unicodedata.normalize("NFKC", prompt).casefold()).strip()
-    return re.sub(r"[\s.?!,;:\u2026]+$", "", s)
-
-
-def make_scope(target: str, precision: str, sampling: SamplingConfig, system_prompt: str,
-               history: list[dict]) -> str:
-    """Stable hash of everything besides the prompt that shapes the answer. The draft model is not in it."""
-    turns = [{"role": m.get("role"), "content": m.get("content")} for m in history or []]
-    payload = {
-        "target": target, "precision": precision,
-        "temperature": float(sampling.temperature), "top_p": float(sampling.top_p), "top_k": int(sampling.top_k),
-        "seed": sampling.seed if sampling.temperature > 0 else None,
-        "system": system_prompt or "",
-        "history": hashlib.sha256(json.dumps(turns, sort_keys=True, default=str).encode()).hexdigest(),
-    }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def entry_key(scope: str, prompt: str) -> str:
-    return hashlib.sha256(f"{scope}\n{normalise_prompt(prompt)}".encode()).hexdigest()[:32]
-
-
 @dataclass(frozen=True)
 class CacheHit:
     outcome: str  # one of OUTCOMES
@@ -83,6 +61,8 @@ class CacheHit:
     similarity: float | None = None
     reason: str = ""  # why a semantic hit is verified instead of served (failed guards)
     meta: dict | None = None  # what the writer stored with the answer (e.g. generation seconds)
+    needs_check: bool = False  # an exact hit the target checks first (``reason`` says why): ChatEngine._check
+    refuted: bool = False  # the target checked this exact hit and disagreed: dropped unless replaced
 
     def to_event(self) -> CacheEvent:
         return CacheEvent(outcome=self.outcome, matched_prompt=self.prompt, similarity=self.similarity,
@@ -93,16 +73,20 @@ class SemanticCache:
     """Exact + semantic prompt cache over a store (local directory or Redis). See the module docstring."""
 
     def __init__(self, store: Store | str | os.PathLike, embedder, *, threshold: float = DEFAULT_THRESHOLD,
-                 mode: str = "verify", size_limit_bytes: int = DEFAULT_SIZE_LIMIT, ttl_s: float | None = None, clock=time.time):
+                 mode: str = "verify", size_limit_bytes: int = DEFAULT_SIZE_LIMIT, ttl_s: float | None = None,
+                 clock=time.time, secret: str | bytes | None = None):
         """``store``: a :class:`Store`, a ``redis://`` URL or a directory (:func:`open_store`).
         ``clock`` (unix seconds) dates entries and, besides the store's own expiry, decides their TTL on read;
-        tests pass a fake one."""
+        tests pass a fake one. ``secret`` (shared by every instance of the cache) signs each record and
+        refuses those that do not check (engine/cache/trust.py)."""
         _check_mode_and_threshold(mode, threshold)
         if size_limit_bytes <= 0 or (ttl_s is not None and ttl_s <= 0):
             raise InvalidSettingError("cache size limit and TTL must be positive")
+        secret = check_secret(secret)
         self.threshold, self.mode, self.ttl_s, self._clock = float(threshold), mode, ttl_s, clock
         self._store = store if isinstance(store, Store) else open_store(store, size_limit_bytes=size_limit_bytes)
         self.location = self._store.location
+        self._trust = Trust(secret, self._store.shared)
         self._embedder = embedder
         self._dim = getattr(embedder, "dim", None) or len(self._embed("dimension probe"))
         self._index, self._token = EmbeddingIndex(), None  # None: reload all at the next sync
@@ -175,7 +159,7 @@ class SemanticCache:
     def _usable(self, key: str, rec: dict | None, scope: str, vocab_size: int | None) -> bool:
         if rec is None or rec["scope"] != scope or not self._fits(key, rec):
             return False
-        if self._expired(rec):
+        if self._expired(rec) or not self._trust.believes(key, rec, entry_key(rec["scope"], rec["prompt"])):
             return False
         try:
             check_vocab(rec, vocab_size)
@@ -204,8 +188,10 @@ class SemanticCache:
             return CacheHit("miss")
         key = entry_key(scope, prompt)
         rec = self._store.get(key)
+        untrusted = "" if mode == "verify" else self._trust.unverified_reason  # direct mode, store not trusted
         if self._usable(key, rec, scope, vocab_size):
-            return _hit("exact", key, rec, 1.0)
+            why = "verify mode: the target checks the cached answer" if mode == "verify" else untrusted
+            return _hit("exact", key, rec, 1.0, why, needs_check=bool(why))
         self._sync()
         for cand, sim in self._index.search(scope, self._embed(prompt)):
             if sim < threshold:
@@ -214,8 +200,8 @@ class SemanticCache:
             if not self._usable(cand, rec, scope, vocab_size):  # evicted, expired or unusable
                 self._index.remove(cand)
                 continue
-            if mode == "verify":
-                return _hit("verified", cand, rec, sim)
+            if mode == "verify" or untrusted:
+                return _hit("verified", cand, rec, sim, untrusted)
             reasons = failed_guards(rec["prompt"], prompt)
             if reasons and judge is not None and judge_may_overrule(rec["prompt"], prompt) \
                     and judge(rec["prompt"], prompt):
@@ -232,7 +218,7 @@ class SemanticCache:
             return False
         key, vec = entry_key(scope, prompt), self._embed(prompt)
         try:
-            text = encode_record(prompt, scope, answer, answer_token_ids, vec, self._clock(), meta)
+            text = encode_record(prompt, scope, answer, answer_token_ids, vec, self._clock(), meta, self._trust.secret)
         except BadRecord as err:
             log.warning("semantic cache: answer not stored: %s", err)
             return False
@@ -264,7 +250,8 @@ class SemanticCache:
         """Newest first: key, prompt, answer preview, scope, created (unix seconds)."""
         def collect() -> list[dict]:
             recs = [{"key": k, "prompt": r["prompt"], "answer": r["answer"][:120], "scope": r["scope"],
-                     "created": r["created"]} for k, r in self._store.records() if not self._expired(r)]
+                     "created": r["created"]} for k, r in self._store.records()
+                    if not self._expired(r) and self._trust.believes(k, r, entry_key(r["scope"], r["prompt"]))]
             return sorted(recs, key=lambda r: -r["created"])[:limit]
         return self._safely("listing", collect, [])
 
@@ -306,6 +293,6 @@ class SemanticCache:
         self.close()
 
 
-def _hit(outcome: str, key: str, rec: dict, sim: float, reason: str = "") -> CacheHit:
+def _hit(outcome: str, key: str, rec: dict, sim: float, reason: str = "", needs_check: bool = False) -> CacheHit:
     return CacheHit(outcome, key, rec["prompt"], rec["answer"], tuple(rec["answer_token_ids"]), sim, reason,
-                    rec.get("meta") or None)
+                    rec.get("meta") or None, needs_check)

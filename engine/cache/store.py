@@ -2,8 +2,9 @@
 
 A store keeps JSON records (see :mod:`engine.cache.records`) under entry keys and knows nothing about
 embeddings, scopes or guards; :class:`engine.cache.semantic_cache.SemanticCache` does all that on top of any
-store. Two exist: :class:`engine.cache.disk_store.DiskStore` (a diskcache directory) and
-:class:`engine.cache.redis_store.RedisStore` (a Redis server shared by many app instances);
+store. :class:`engine.cache.disk_store.DiskStore` keeps them in a diskcache directory,
+:class:`engine.cache.redis_store.RedisStore` in a Redis server shared by many app instances, and
+:class:`engine.cache.readonly_store.ReadOnlyDiskStore` serves a directory this process may not write;
 :func:`engine.cache.backends.open_store` picks one from a location.
 
 A store raises :class:`StoreUnavailable` when it cannot be reached or written (Redis down, disk read-only or
@@ -25,12 +26,24 @@ class StoreUnavailable(RuntimeError):
     """The storage cannot be used right now; the message is safe to show (no passwords)."""
 
 
+class StoreReadOnly(StoreUnavailable):
+    """A local directory this process may read but not write (``open_store`` then opens it read-only)."""
+
+    def __init__(self, directory: str, why: str):
+        super().__init__(f"disk cache at {directory} cannot be written ({why})")
+        self.why = why
+
+
 @runtime_checkable
 class Store(Protocol):
     """The store verbs. ``after``/``since`` is the token the caller saw last (None: none yet)."""
 
     location: str
     """Where the records are, safe to show (passwords masked)."""
+
+    shared: bool
+    """Whether other machines' programs write here too (Redis): the cache then trusts a record only when it
+    carries a valid signature (engine/cache/records.py), and serves nothing unverified without one."""
 
     def get(self, key: str) -> dict | None:
         """A checked record, or None: missing, expired, or malformed (skipped and set aside with a warning)."""

@@ -13,7 +13,7 @@ import hashlib
 import os
 import shutil
 import struct
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -143,8 +143,9 @@ def builtin_gguf(name: str, check: bool = False, cache_dir: Path | None = None) 
             _check_sha(gguf, model)
         return gguf
     out = _root(cache_dir) / "gguf" / f"{name}-{model.sha256[:12]}.gguf"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(out) + ".lock"):
+    if out.exists():  # renamed into place whole: read without a lock (the directory may be read-only)
+        return out
+    with _making(out):
         if not out.exists():
             assemble_gguf(model, out)
     return out
@@ -171,10 +172,28 @@ def builtin_dir(name: str, cache_dir: Path | None = None) -> Path:
 
 @contextmanager
 def _converting(out_dir: Path):
-    """Yield whether ``out_dir`` still has to be made, holding a file lock so two processes convert once."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(out_dir) + ".lock"):
+    """Yield whether ``out_dir`` still has to be made. A finished conversion (renamed into place whole) is read
+    without a lock, so models converted elsewhere load from a read-only directory; making one holds a lock."""
+    if (out_dir / "config.json").exists():
+        yield False
+        return
+    with _making(out_dir):
         yield not (out_dir / "config.json").exists()
+
+
+@contextmanager
+def _making(out: Path):
+    """Hold ``<out>.lock`` so two processes make ``out`` once. When making it fails, the lock file goes too:
+    it is unlinked while still held (a process waiting on it sees the unlinked file and locks a new one)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = str(out) + ".lock"
+    with FileLock(lock_path):
+        try:
+            yield
+        except BaseException:
+            with suppress(FileNotFoundError):
+                os.unlink(lock_path)
+            raise
 
 
 def _chunks(path: Path, size: int = 1 << 24):

@@ -236,7 +236,9 @@ class ChatEngine:
     def cache_info(self) -> CacheInfo:
         if self.cache is None:
             return CacheInfo(available=False)
-        return CacheInfo(available=True, threshold=self.cache.threshold, backend=self.cache.location)
+        search = self.cache.search
+        backend = f"{self.cache.location}, searched by {search}" if search else self.cache.location
+        return CacheInfo(available=True, threshold=self.cache.threshold, backend=backend)
 
     def cache_stats(self) -> CacheStats | None:
         if self.cache is None:

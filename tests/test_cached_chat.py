@@ -132,11 +132,11 @@ def test_a_failed_cache_write_never_costs_the_answer(loaded, tmp_path, monkeypat
     assert "disk is full" in engine.cache.stats()["warning"] and len(engine.cache) == 0
 
 
-def test_redis_killed_during_generation_still_delivers_the_answer(loaded):
+def test_redis_killed_during_generation_still_delivers_the_answer(loaded, redis_kind):
     from engine.cache.redis_store import RedisStore
-    from tests.redis_server import RedisServer, require_redis_binary
+    from tests.redis_server import RedisServer
 
-    server = RedisServer(require_redis_binary()).start()
+    server = RedisServer(redis_kind).start()
     try:
         engine = ChatEngine(cache=SemanticCache(RedisStore(server.url, namespace="gen"), load_default_embedder()))
         engine.use_models(*loaded)

@@ -2,12 +2,14 @@
 
     python -m bench.cache_eval --pairs FILE.jsonl [--json OUT] [--threshold X] [--cache-url URL] [--judge MODEL]
     python -m bench.cache_eval --latency [--entries 10000] [--cache-url URL]
+    python -m bench.cache_eval --exactness --pairs FILE.jsonl --cache-url URL [--distractors N] [--ef 50,200]
 
 FILE.jsonl holds {"a": ..., "b": ..., "same": bool} per line. For each pair a fresh cache stores ``a`` and
 looks up ``b`` in ``direct`` mode. "Served" means answered without verification (exact or cached); the
 raw-cosine columns show what serving every hit above the threshold would give. ``--cache-url`` runs the
 same evaluation on a Redis store (one throw-away namespace per pair, cleared afterwards); ``--judge`` loads a
 model (e.g. qwen2.5-coder-0.5b-instruct) as the paraphrase judge and reports its latency per judged hit.
+``--latency`` and ``--exactness``: see :mod:`bench.cache_scale`.
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ from tqdm import tqdm
 
 from engine.config import SamplingConfig
 from engine.cache.backends import open_store
-from engine.cache.embedder import HashEmbedder, load_default_embedder, normalise_rows
+from bench.cache_scale import format_exactness, format_latency, measure_exactness, measure_latency
+from engine.cache.embedder import load_default_embedder, normalise_rows
 from engine.cache.semantic_cache import DEFAULT_THRESHOLD, OUTCOMES, SemanticCache, make_scope
 
 EVAL_SCOPE = make_scope("eval-target", "bf16", SamplingConfig(), "", [])
@@ -162,65 +165,19 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
-def _median_ms(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
-
-
-def measure_latency(n_entries: int = 10_000, repeats: int = 200, real_model: bool = True,
-                    cache_url: str | None = None) -> dict:
-    """Lookup times over ``n_entries`` random unit vectors (fake embedder, 384-d like MiniLM)."""
-    embedder = HashEmbedder(384)
-    out = {"entries": n_entries, "backend": "redis" if cache_url else "disk"}
-    with fresh_stores(cache_url) as make:
-        cache = SemanticCache(make("latency"), embedder)
-        t0 = time.perf_counter()
-        for i in tqdm(range(n_entries), desc="fill", leave=False):
-            cache.store(f"prompt {i}", EVAL_SCOPE, f"answer {i} " * 20, list(range(40)), complete=True)
-        out["fill_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        reopened = SemanticCache(cache._store, embedder)  # a second instance: loads every embedding
-        out["reopen_and_index_ms"] = (len(reopened), time.perf_counter() - t0)[1] * 1e3
-        if cache.lookup("PROMPT 1234?", EVAL_SCOPE).outcome != "exact":
-            raise RuntimeError(f"latency setup: expected an exact hit ({cache.problem or 'no error'})")
-        out["exact_hit_ms"] = _median_ms(lambda: cache.lookup("PROMPT 1234?", EVAL_SCOPE), repeats)
-        misses = iter(range(10 ** 9))
-        out["semantic_lookup_ms"] = _median_ms(lambda: cache.lookup(f"novel {next(misses)}", EVAL_SCOPE), repeats)
-        query = embedder.encode(["x"])[0]
-        out["index_matmul_ms"] = _median_ms(lambda: cache._index.search(EVAL_SCOPE, query), repeats)
-    if real_model:
-        model = load_default_embedder()
-        model.encode(["warm up"])
-        out["minilm_encode_ms"] = _median_ms(lambda: model.encode(["How do I reverse a list in Python?"]), 50)
-    return out
-
-
-def format_latency(r: dict) -> str:
-    lines = [f"entries                      {r['entries']} ({r.get('backend', 'disk')})",
-             f"fill (store x n)             {r['fill_s']:.2f} s",
-             f"reopen + build index         {r['reopen_and_index_ms']:.1f} ms",
-             f"exact hit (serve)            {r['exact_hit_ms']:.3f} ms",
-             f"semantic lookup, fake embed  {r['semantic_lookup_ms']:.3f} ms",
-             f"  of which index matmul      {r['index_matmul_ms']:.3f} ms"]
-    if "minilm_encode_ms" in r:
-        lines.append(f"MiniLM query encode (CPU)    {r['minilm_encode_ms']:.2f} ms"
-                     f"  -> semantic lookup ~{r['semantic_lookup_ms'] + r['minilm_encode_ms']:.1f} ms")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m bench.cache_eval", description=__doc__.split("\n")[0])
-    parser.add_argument("--pairs", help="JSONL file of {a, b, same}")
+    parser.add_argument("--pairs", help="JSONL file(s) of {a, b, same}, comma-separated")
     parser.add_argument("--json", help="write the full report here")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
     parser.add_argument("--latency", action="store_true", help="measure lookup latency")
     parser.add_argument("--entries", type=int, default=10_000, help="cache size for --latency")
+    parser.add_argument("--exactness", action="store_true",
+                        help="with --pairs and --cache-url: outcomes of the server search against the exact scan")
+    parser.add_argument("--distractors", type=int, default=100_000, help="other entries for --exactness")
+    parser.add_argument("--ef", default="10,20,50,100,200", help="comma-separated EF values for --exactness")
     parser.add_argument("--cache-url", help="run against Redis (redis://[:password@]host:port/db) instead of disk")
     parser.add_argument("--judge", metavar="MODEL", help="paraphrase judge model for direct mode (a built-in name)")
     parser.add_argument("--judge-threshold", type=float, help="P(yes) the judge needs (default: its calibrated one)")
@@ -228,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.pairs and not args.latency:
         parser.error("give --pairs FILE.jsonl and/or --latency")
     report = {}
+    if args.exactness and not (args.pairs and args.cache_url):
+        parser.error("--exactness needs --pairs and --cache-url")
     if args.pairs:
         judge = None
         if args.judge:
@@ -239,9 +198,15 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"{args.judge} has no calibrated judge threshold: give --judge-threshold")
             quiet_library_logs()
             judge = LLMJudge(load_model(args.judge, role="target"), threshold)
-        report["pairs"] = evaluate_pairs(load_pairs(args.pairs), load_default_embedder(), args.threshold,
-                                         cache_url=args.cache_url, judge=judge)
-        print(format_report(report["pairs"]))
+        pairs = [p for path in args.pairs.split(",") for p in load_pairs(path)]
+        if args.exactness:
+            report["exactness"] = measure_exactness(pairs, load_default_embedder(), args.cache_url,
+                                                    args.distractors, [int(x) for x in args.ef.split(",")], judge)
+            print(format_exactness(report["exactness"]))
+        else:
+            report["pairs"] = evaluate_pairs(pairs, load_default_embedder(), args.threshold,
+                                             cache_url=args.cache_url, judge=judge)
+            print(format_report(report["pairs"]))
     if args.latency:
         report["latency"] = measure_latency(args.entries, cache_url=args.cache_url)
         print(format_latency(report["latency"]))

@@ -65,7 +65,7 @@ class RedisStore:
     """Cache records in Redis. See the module docstring."""
 
     def __init__(self, url: str, namespace: str = DEFAULT_NAMESPACE, max_entries: int = DEFAULT_MAX_ENTRIES,
-                 retry_after_s: float = RETRY_AFTER_S, clock=time.monotonic):
+                 retry_after_s: float = RETRY_AFTER_S, clock=time.monotonic, timeout_s: float = SOCKET_TIMEOUT_S):
         """Connects lazily: a server that is down is StoreUnavailable at the first call, not here. A bad
         namespace or URL is InvalidSettingError (the message masks the password)."""
         if not _NAMESPACE.match(namespace):
@@ -76,8 +76,8 @@ class RedisStore:
         self.location = f"{mask_url(url)} (namespace {namespace})"
         try:
             self._secret = redis.connection.parse_url(url).get("password") or None
-            self._client = redis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT_S,
-                                                socket_connect_timeout=SOCKET_TIMEOUT_S, retry=Retry(NoBackoff(), 0),
+            self._client = redis.Redis.from_url(url, socket_timeout=timeout_s,
+                                                socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0),
                                                 retry_on_timeout=False, decode_responses=False)
         except ValueError as err:  # redis-py's URL parsing: a bad port, scheme or query option
             raise InvalidSettingError(f"bad cache URL {mask_url(url)}: {err}") from None

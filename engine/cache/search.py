@@ -20,6 +20,7 @@ import numpy as np
 
 from engine.cache.embedder import EmbeddingIndex
 from engine.cache.store import Store, Token
+from engine.errors import InvalidSettingError
 
 log = logging.getLogger(__name__)
 
@@ -158,10 +159,21 @@ class ServerIndex:
         pass
 
 
-def index_for(store: Store, dim: int) -> Index:
-    """A :class:`ServerIndex` when the store searches itself, else a :class:`MirrorIndex`. May raise
-    StoreUnavailable (a Redis store asks its server)."""
+SEARCHES = ("auto", "memory")
+
+
+def check_search(search: str, ef: int) -> None:
+    """``search``: "auto" (on the server when it can) or "memory" (always the exact in-memory scan)."""
+    if search not in SEARCHES:
+        raise InvalidSettingError(f"cache search must be one of {', '.join(SEARCHES)}, got {search!r}")
+    if not (isinstance(ef, int) and 1 <= ef <= 100_000):
+        raise InvalidSettingError(f"cache search EF must be an integer in 1-100000, got {ef!r}")
+
+
+def index_for(store: Store, dim: int, search: str = "auto", ef: int = SERVER_EF) -> Index:
+    """A :class:`ServerIndex` when the store searches itself (and ``search`` is "auto"), else a
+    :class:`MirrorIndex`. May raise StoreUnavailable (a Redis store asks its server)."""
     server_search = getattr(store, "server_search", None)
-    if server_search is not None and server_search():
-        return ServerIndex(store, dim)
+    if search == "auto" and server_search is not None and server_search():
+        return ServerIndex(store, dim, ef=ef)
     return MirrorIndex(store, dim)

@@ -36,7 +36,7 @@ from engine.cache.backends import open_store
 from engine.cache.disk_store import DEFAULT_SIZE_LIMIT
 from engine.cache.guards import failed_guards, judge_may_overrule
 from engine.cache.records import BadRecord, check_vocab, encode_record
-from engine.cache.search import Index, fits, index_for
+from engine.cache.search import SERVER_EF, Index, check_search, fits, index_for
 from engine.cache.store import Store, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -95,14 +95,18 @@ class SemanticCache:
     """Exact + semantic prompt cache over a store (local directory or Redis). See the module docstring."""
 
     def __init__(self, store: Store | str | os.PathLike, embedder, *, threshold: float = DEFAULT_THRESHOLD,
-                 mode: str = "verify", size_limit_bytes: int = DEFAULT_SIZE_LIMIT, ttl_s: float | None = None, clock=time.time):
-        """``store``: a :class:`Store`, a ``redis://`` URL or a directory (:func:`open_store`).
+                 mode: str = "verify", size_limit_bytes: int = DEFAULT_SIZE_LIMIT, ttl_s: float | None = None,
+                 clock=time.time, search: str = "auto", ef: int = SERVER_EF):
+        """``store``: a :class:`Store`, a ``redis://`` URL or a directory (:func:`open_store`). ``search``,
+        ``ef``: see :func:`engine.cache.search.index_for` ("memory" forces the exact in-memory scan).
         ``clock`` (unix seconds) dates entries and, besides the store's own expiry, decides their TTL on read;
         tests pass a fake one."""
         _check_mode_and_threshold(mode, threshold)
         if size_limit_bytes <= 0 or (ttl_s is not None and ttl_s <= 0):
             raise InvalidSettingError("cache size limit and TTL must be positive")
+        check_search(search, ef)
         self.threshold, self.mode, self.ttl_s, self._clock = float(threshold), mode, ttl_s, clock
+        self._search, self._ef = search, ef
         self._store = store if isinstance(store, Store) else open_store(store, size_limit_bytes=size_limit_bytes)
         self.location = self._store.location
         self._embedder = embedder
@@ -149,7 +153,7 @@ class SemanticCache:
 
     def _ready(self) -> Index:
         if self._index is None:
-            self._index = index_for(self._store, self._dim)
+            self._index = index_for(self._store, self._dim, self._search, self._ef)
         return self._index
 
     def _refresh(self, live: int | None = None) -> None:

@@ -181,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-url", help="run against Redis (redis://[:password@]host:port/db) instead of disk")
     parser.add_argument("--judge", metavar="MODEL", help="paraphrase judge model for direct mode (a built-in name)")
     parser.add_argument("--judge-threshold", type=float, help="P(yes) the judge needs (default: its calibrated one)")
+    parser.add_argument("--judge-precision", help="the judge model's precision (default: auto for this machine)")
     args = parser.parse_args(argv)
     if not args.pairs and not args.latency:
         parser.error("give --pairs FILE.jsonl and/or --latency")
@@ -190,14 +191,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.pairs:
         judge = None
         if args.judge:
-            from engine.cache.judge import YES_THRESHOLDS, LLMJudge
+            from engine.cache.judge import LLMJudge, calibrated_threshold
             from engine.models.loading import load_model, quiet_library_logs
 
-            threshold = args.judge_threshold if args.judge_threshold is not None else YES_THRESHOLDS.get(args.judge)
-            if threshold is None:
-                parser.error(f"{args.judge} has no calibrated judge threshold: give --judge-threshold")
             quiet_library_logs()
-            judge = LLMJudge(load_model(args.judge, role="target"), threshold)
+            loaded = load_model(args.judge, args.judge_precision, role="target")
+            threshold = args.judge_threshold if args.judge_threshold is not None \
+                else calibrated_threshold(loaded.name, loaded.precision)
+            if threshold is None:
+                parser.error(f"{args.judge} at {loaded.precision} has no calibrated judge threshold: "
+                             "give --judge-threshold (or --judge-precision)")
+            judge = LLMJudge(loaded, threshold)
         pairs = [p for path in args.pairs.split(",") for p in load_pairs(path)]
         if args.exactness:
             report["exactness"] = measure_exactness(pairs, load_default_embedder(), args.cache_url,

@@ -24,7 +24,7 @@ from engine.cache.search import SERVER_EF
 from engine.cache.semantic_cache import SemanticCache, entry_key
 
 DIM = 384
-BATCH = 100  # entries per MULTI: it blocks the server, and the client waits at most 0.5 s
+BATCH = 200  # entries per pipeline
 
 
 class NearEmbedder(HashEmbedder):
@@ -75,24 +75,45 @@ def _in_child(*args) -> dict:
         return pool.apply(probe_instance, args)
 
 
-def fill(store, scope: str, n_entries: int, progress: bool = True) -> float:
-    """Write N synthetic records ("prompt i"); batches through one pipeline each when the store has put_many.
-    Gives the seconds taken."""
-    embedder, answer, ids = NearEmbedder(DIM), "a synthetic cached answer " * 4, list(range(24))
-    batch_put = getattr(store, "put_many", None)
+def _records(scope: str, start: int, stop: int) -> list[tuple[str, str]]:
+    """(entry key, record text) of the synthetic entries "prompt i", start <= i < stop."""
+    prompts = [f"prompt {i}" for i in range(start, stop)]
+    answer, ids = "a synthetic cached answer " * 4, list(range(24))
+    return [(entry_key(scope, p), encode_record(p, scope, answer, ids, v, time.time()))
+            for p, v in zip(prompts, NearEmbedder(DIM).encode(prompts))]
+
+
+_worker_store = None
+
+
+def _fill_batch(args) -> int:
+    """In a fill worker: one batch through one pipeline."""
+    global _worker_store
+    location, namespace, scope, start, stop = args
+    if _worker_store is None:
+        _worker_store = _bulk_store(location, namespace)
+    _worker_store.put_many(_records(scope, start, stop), None, atomic=False)
+    return stop - start
+
+
+def fill(location: str, namespace: str | None, scope: str, n_entries: int, workers: int = 3,
+         progress: bool = True) -> float:
+    """Write N synthetic records ("prompt i"): for Redis, from ``workers`` processes, each batch through one
+    pipeline; for a directory, one by one. Gives the seconds taken."""
     t0 = time.perf_counter()
-    with tqdm(total=n_entries, desc="fill", unit="entry", disable=not progress) as bar:
-        for start in range(0, n_entries, BATCH):
-            prompts = [f"prompt {i}" for i in range(start, min(start + BATCH, n_entries))]
-            vecs = embedder.encode(prompts)
-            items = [(entry_key(scope, p), encode_record(p, scope, answer, ids, v, time.time()))
-                     for p, v in zip(prompts, vecs)]
-            if batch_put is not None:
-                batch_put(items, None)
-            else:
-                for key, text in items:
+    with tqdm(total=n_entries, desc="fill", unit="entry", disable=not progress, smoothing=0.05) as bar:
+        if namespace is None:
+            store = open_store(location)
+            for start in range(0, n_entries, BATCH):
+                for key, text in _records(scope, start, min(start + BATCH, n_entries)):
                     store.put(key, text, None, None)
-            bar.update(len(items))
+                bar.update(min(BATCH, n_entries - start))
+            store.close()
+        else:
+            jobs = [(location, namespace, scope, s, min(s + BATCH, n_entries)) for s in range(0, n_entries, BATCH)]
+            with multiprocessing.get_context("spawn").Pool(workers) as pool:
+                for done in pool.imap_unordered(_fill_batch, jobs):
+                    bar.update(done)
     return time.perf_counter() - t0
 
 
@@ -136,9 +157,7 @@ def measure_latency(n_entries: int, cache_url: str | None = None, repeats: int =
     out = {"entries": n_entries, "backend": "redis" if cache_url else "disk"}
     with scratch(cache_url) as (location, namespace):
         empty = _in_child(location, namespace, EVAL_SCOPE, 0, 50)
-        store = _bulk_store(location, namespace)
-        seconds = fill(store, EVAL_SCOPE, n_entries, progress)
-        store.close()
+        seconds = fill(location, namespace, EVAL_SCOPE, n_entries, progress=progress)
         out["insert_per_s"] = n_entries / seconds
         if cache_url:
             out["redis_memory"] = redis_memory(cache_url)
@@ -190,7 +209,7 @@ def measure_exactness(pairs: list[dict], embedder, cache_url: str, distractors: 
         others = _distractors(real, distractors, rng)
         for start in tqdm(range(0, distractors, BATCH), desc="distractors", disable=not progress):
             store.put_many([(f"d{i}", encode_record(f"distractor {i}", EVAL_SCOPE, "x", [0], v, 0.0))
-                            for i, v in enumerate(others[start:start + BATCH], start)], None)
+                            for i, v in enumerate(others[start:start + BATCH], start)], None, atomic=False)
         writer = SemanticCache(store, embedder, mode="direct")
         for p in pairs:
             writer.store(p["a"], EVAL_SCOPE, PLACEHOLDER, [0], complete=True)

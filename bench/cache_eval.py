@@ -178,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --pairs and --cache-url: outcomes of the server search against the exact scan")
     parser.add_argument("--distractors", type=int, default=100_000, help="other entries for --exactness")
     parser.add_argument("--ef", default="10,20,50,100,200", help="comma-separated EF values for --exactness")
+    parser.add_argument("--build-ef", type=int, help="vector-set insert EF of the filled store (default: the app's)")
     parser.add_argument("--cache-url", help="run against Redis (redis://[:password@]host:port/db) instead of disk")
     parser.add_argument("--judge", metavar="MODEL", help="paraphrase judge model for direct mode (a built-in name)")
     parser.add_argument("--judge-threshold", type=float, help="P(yes) the judge needs (default: its calibrated one)")
@@ -204,15 +205,17 @@ def main(argv: list[str] | None = None) -> int:
             judge = LLMJudge(loaded, threshold)
         pairs = [p for path in args.pairs.split(",") for p in load_pairs(path)]
         if args.exactness:
-            report["exactness"] = measure_exactness(pairs, load_default_embedder(), args.cache_url,
-                                                    args.distractors, [int(x) for x in args.ef.split(",")], judge)
+            memo = MemoEmbedder(load_default_embedder(), [p[k] for p in pairs for k in ("a", "b")])
+            report["exactness"] = measure_exactness(pairs, memo, args.cache_url,
+                                                    args.distractors, [int(x) for x in args.ef.split(",")], judge,
+                                                    build_ef=args.build_ef)
             print(format_exactness(report["exactness"]))
         else:
             report["pairs"] = evaluate_pairs(pairs, load_default_embedder(), args.threshold,
                                              cache_url=args.cache_url, judge=judge)
             print(format_report(report["pairs"]))
     if args.latency:
-        report["latency"] = measure_latency(args.entries, cache_url=args.cache_url)
+        report["latency"] = measure_latency(args.entries, cache_url=args.cache_url, build_ef=args.build_ef)
         print(format_latency(report["latency"]))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))

@@ -21,9 +21,11 @@ from engine.cache.backends import open_store
 from engine.cache.embedder import HashEmbedder, normalise_rows
 from engine.cache.records import encode_record
 from engine.cache.search import SERVER_EF
-from engine.cache.semantic_cache import SemanticCache, entry_key
+from engine.cache.semantic_cache import SemanticCache, entry_key, make_scope
+from engine.config import SamplingConfig
 
 DIM = 384
+SCOPE = make_scope("scale-target", "bf16", SamplingConfig(), "", [])
 BATCH = 200  # entries per pipeline
 
 
@@ -89,15 +91,15 @@ _worker_store = None
 def _fill_batch(args) -> int:
     """In a fill worker: one batch through one pipeline."""
     global _worker_store
-    location, namespace, scope, start, stop = args
+    location, namespace, build_ef, scope, start, stop = args
     if _worker_store is None:
-        _worker_store = _bulk_store(location, namespace)
+        _worker_store = _bulk_store(location, namespace, build_ef)
     _worker_store.put_many(_records(scope, start, stop), None, atomic=False)
     return stop - start
 
 
 def fill(location: str, namespace: str | None, scope: str, n_entries: int, workers: int = 3,
-         progress: bool = True) -> float:
+         progress: bool = True, build_ef: int | None = None) -> float:
     """Write N synthetic records ("prompt i"): for Redis, from ``workers`` processes, each batch through one
     pipeline; for a directory, one by one. Gives the seconds taken."""
     t0 = time.perf_counter()
@@ -110,20 +112,28 @@ def fill(location: str, namespace: str | None, scope: str, n_entries: int, worke
                 bar.update(min(BATCH, n_entries - start))
             store.close()
         else:
-            jobs = [(location, namespace, scope, s, min(s + BATCH, n_entries)) for s in range(0, n_entries, BATCH)]
+            jobs = [(location, namespace, build_ef, scope, s, min(s + BATCH, n_entries))
+                    for s in range(0, n_entries, BATCH)]
             with multiprocessing.get_context("spawn").Pool(workers) as pool:
                 for done in pool.imap_unordered(_fill_batch, jobs):
                     bar.update(done)
     return time.perf_counter() - t0
 
 
-def _bulk_store(location: str, namespace: str | None):
+def _bulk_store(location: str, namespace: str | None, build_ef: int | None = None):
     """The store to fill: for Redis, one that waits up to a minute for a batch (the app's waits 0.5 s)."""
     if namespace is None:
         return open_store(location)
     from engine.cache.redis_store import RedisStore
+    from engine.cache.redis_vectors import BUILD_EF
 
-    return RedisStore(location, namespace=namespace, max_entries=10**9, timeout_s=60)
+    return RedisStore(location, namespace=namespace, max_entries=10**9, timeout_s=60, build_ef=build_ef or BUILD_EF)
+
+
+def store_build_ef(build_ef: int | None) -> int:
+    from engine.cache.redis_vectors import BUILD_EF
+
+    return build_ef or BUILD_EF
 
 
 def redis_memory(url: str) -> dict:
@@ -151,24 +161,23 @@ def scratch(cache_url: str | None):
             yield tmp + "/cache", None
 
 
-def measure_latency(n_entries: int, cache_url: str | None = None, repeats: int = 300, progress: bool = True) -> dict:
-    from bench.cache_eval import EVAL_SCOPE
-
-    out = {"entries": n_entries, "backend": "redis" if cache_url else "disk"}
+def measure_latency(n_entries: int, cache_url: str | None = None, repeats: int = 300, progress: bool = True,
+                    build_ef: int | None = None) -> dict:
+    out = {"entries": n_entries, "backend": "redis" if cache_url else "disk", "build_ef": store_build_ef(build_ef)}
     with scratch(cache_url) as (location, namespace):
-        empty = _in_child(location, namespace, EVAL_SCOPE, 0, 50)
-        seconds = fill(location, namespace, EVAL_SCOPE, n_entries, progress=progress)
+        empty = _in_child(location, namespace, SCOPE, 0, 50)
+        seconds = fill(location, namespace, SCOPE, n_entries, progress=progress, build_ef=build_ef)
         out["insert_per_s"] = n_entries / seconds
         if cache_url:
             out["redis_memory"] = redis_memory(cache_url)
-        full = _in_child(location, namespace, EVAL_SCOPE, n_entries, repeats)
+        full = _in_child(location, namespace, SCOPE, n_entries, repeats)
     out.update(full, rss_empty_mb=empty["rss_mb"], rss_growth_mb=full["rss_mb"] - empty["rss_mb"])
     return out
 
 
 def format_latency(r: dict) -> str:
     mem = r.get("redis_memory")
-    lines = [f"entries               {r['entries']} ({r['backend']}; search: {r['search']})",
+    lines = [f"entries               {r['entries']} ({r['backend']}; search: {r['search']}; insert EF {r['build_ef']})",
              f"insert                {r['insert_per_s']:,.0f} entries/s",
              f"semantic miss         p50 {r['miss_ms'][0]:.2f} ms   p99 {r['miss_ms'][1]:.2f} ms",
              f"semantic hit          p50 {r['semantic_hit_ms'][0]:.2f} ms   p99 {r['semantic_hit_ms'][1]:.2f} ms",
@@ -192,33 +201,31 @@ def _distractors(real: np.ndarray, n: int, rng) -> np.ndarray:
 
 
 def measure_exactness(pairs: list[dict], embedder, cache_url: str, distractors: int, efs: list[int],
-                      judge=None, progress: bool = True) -> dict:
+                      judge=None, progress: bool = True, build_ef: int | None = None) -> dict:
     """All pairs' ``a`` in one scope among ``distractors`` other entries; each ``b`` looked up in direct mode
     through the exact in-memory scan and through the server search at each EF. Counts equal outcomes (the
-    outcome and the matched prompt)."""
-    from bench.cache_eval import EVAL_SCOPE, PLACEHOLDER, MemoEmbedder
-
-    embedder = MemoEmbedder(embedder, [p[k] for p in pairs for k in ("a", "b")])
+    outcome and the matched prompt). ``embedder``: best one that remembers its vectors (the pairs' texts are
+    encoded many times)."""
     verdicts: dict[tuple[str, str], bool] = {}
     memo_judge = None if judge is None else (lambda a, b: verdicts.setdefault((a, b), judge(a, b)))
     rng = np.random.default_rng(0)
-    out = {"pairs": len(pairs), "distractors": distractors, "by_ef": {}}
+    out = {"pairs": len(pairs), "distractors": distractors, "by_ef": {}, "build_ef": store_build_ef(build_ef)}
     with scratch(cache_url) as (location, namespace):
-        store = _bulk_store(location, namespace)
+        store = _bulk_store(location, namespace, build_ef)
         real = normalise_rows(embedder.encode([p["a"] for p in pairs]))
         others = _distractors(real, distractors, rng)
         for start in tqdm(range(0, distractors, BATCH), desc="distractors", disable=not progress):
-            store.put_many([(f"d{i}", encode_record(f"distractor {i}", EVAL_SCOPE, "x", [0], v, 0.0))
+            store.put_many([(f"d{i}", encode_record(f"distractor {i}", SCOPE, "x", [0], v, 0.0))
                             for i, v in enumerate(others[start:start + BATCH], start)], None, atomic=False)
         writer = SemanticCache(store, embedder, mode="direct")
         for p in pairs:
-            writer.store(p["a"], EVAL_SCOPE, PLACEHOLDER, [0], complete=True)
+            writer.store(p["a"], SCOPE, "<cached answer>", [0], complete=True)
         exact = SemanticCache(store, embedder, mode="direct", search="memory")
-        want = [exact.lookup(p["b"], EVAL_SCOPE, judge=memo_judge) for p in pairs]
+        want = [exact.lookup(p["b"], SCOPE, judge=memo_judge) for p in pairs]
         out["exact_outcomes"] = {o: sum(h.outcome == o for h in want) for o in ("exact", "cached", "verified", "miss")}
         for ef in efs:
             server = SemanticCache(store, embedder, mode="direct", ef=ef)
-            got = [server.lookup(p["b"], EVAL_SCOPE, judge=memo_judge) for p in pairs]
+            got = [server.lookup(p["b"], SCOPE, judge=memo_judge) for p in pairs]
             same = sum((g.outcome, g.prompt) == (w.outcome, w.prompt) for g, w in zip(got, want))
             out["search"] = server.search
             out["by_ef"][ef] = {"same": same, "max_similarity_error": max(
@@ -231,7 +238,8 @@ def measure_exactness(pairs: list[dict], embedder, cache_url: str, distractors: 
 
 def format_exactness(r: dict) -> str:
     o = r["exact_outcomes"]
-    lines = [f"{r['pairs']} pairs among {r['distractors']:,} distractors ({r['search']}); exact scan: exact "
+    lines = [f"{r['pairs']} pairs among {r['distractors']:,} distractors ({r['search']}, insert EF {r['build_ef']}); "
+             f"exact scan: exact "
              f"{o['exact']}, cached {o['cached']}, verified {o['verified']}, miss {o['miss']}"
              + (f"; judge verdicts {r['judge_calls']}" if r["judge_calls"] is not None else ""),
              f"{'EF':>6} {'same outcome':>13} {'max |cos error|':>16}"]

@@ -30,7 +30,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from engine.cache.records import BadRecord, decode_record, mask_url
-from engine.cache.redis_vectors import VectorSets, has_vector_sets
+from engine.cache.redis_vectors import BUILD_EF, VectorSets, has_vector_sets
 from engine.cache.store import Change, StoreUnavailable, Token
 from engine.errors import InvalidSettingError
 
@@ -65,9 +65,11 @@ class RedisStore:
     """Cache records in Redis. See the module docstring."""
 
     def __init__(self, url: str, namespace: str = DEFAULT_NAMESPACE, max_entries: int = DEFAULT_MAX_ENTRIES,
-                 retry_after_s: float = RETRY_AFTER_S, clock=time.monotonic, timeout_s: float = SOCKET_TIMEOUT_S):
+                 retry_after_s: float = RETRY_AFTER_S, clock=time.monotonic, timeout_s: float = SOCKET_TIMEOUT_S,
+                 build_ef: int = BUILD_EF):
         """Connects lazily: a server that is down is StoreUnavailable at the first call, not here. A bad
-        namespace or URL is InvalidSettingError (the message masks the password)."""
+        namespace or URL is InvalidSettingError (the message masks the password). ``timeout_s`` and
+        ``build_ef`` (the vector sets' insert EF) are for bulk loads such as the bench."""
         if not _NAMESPACE.match(namespace):
             raise InvalidSettingError(f"cache namespace must be 1-64 letters, digits, '_', '.', '-', got {namespace!r}")
         if max_entries < 1:
@@ -83,6 +85,7 @@ class RedisStore:
             raise InvalidSettingError(f"bad cache URL {mask_url(url)}: {err}") from None
         self._clock, self._retry_at, self._down = clock, float("-inf"), ""
         self._vectors: VectorSets | None = None  # set at the first connection when the server has vector sets
+        self._build_ef = int(build_ef)
         self.search = ""  # which search path runs, once connected
         self._writes = 0
 
@@ -111,7 +114,7 @@ class RedisStore:
         """Which search path runs, asked once; logged and kept in ``search``."""
         version = _text(c.info("server").get("redis_version", "?"))
         if has_vector_sets(c):
-            self._vectors = VectorSets(self._k)
+            self._vectors = VectorSets(self._k, self._build_ef)
             self.search = f"Redis {version} vector set"
         else:
             self.search = f"Redis {version}: in-memory index"

@@ -45,6 +45,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cache-namespace", default=os.environ.get("SPECLENS_CACHE_NAMESPACE") or "speclens",
                    help="key prefix in Redis; deployments with different namespaces never see each other's "
                         "entries (default: $SPECLENS_CACHE_NAMESPACE or speclens)")
+    p.add_argument("--cache-max-entries", type=int, default=None,
+                   help="Redis only: beyond this many entries the oldest are evicted (default 100000)")
     return p.parse_args(argv)
 
 
@@ -55,7 +57,8 @@ def _no_phoning_home() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
-def open_semantic_cache(cache_dir: Path, cache_url: str | None = None, namespace: str = "speclens"):
+def open_semantic_cache(cache_dir: Path, cache_url: str | None = None, namespace: str = "speclens",
+                        max_entries: int | None = None):
     """The semantic cache in Redis (``cache_url``) or in ``cache_dir``; None (with a message) when it cannot
     be opened: the store is unavailable (a read-only or locked directory) or the embedder is missing. A Redis
     that is down is not an error: the cache warns and reconnects later. A bad URL or namespace ends the
@@ -70,7 +73,7 @@ def open_semantic_cache(cache_dir: Path, cache_url: str | None = None, namespace
         sys.exit(f"[speclens] --cache-url {mask_url(cache_url)}: expected redis://, rediss:// or unix://")
     print("[speclens] opening the semantic cache (MiniLM embedder)…", flush=True)
     try:
-        store = open_store(cache_url or cache_dir / "semantic-cache", namespace=namespace)
+        store = open_store(cache_url or cache_dir / "semantic-cache", namespace=namespace, max_entries=max_entries)
         cache = SemanticCache(store, load_default_embedder())
     except InvalidSettingError as err:
         sys.exit(f"[speclens] {err}")
@@ -78,7 +81,8 @@ def open_semantic_cache(cache_dir: Path, cache_url: str | None = None, namespace
         message = str(err).replace(cache_url, mask_url(cache_url)) if cache_url else str(err)
         print(f"[speclens] semantic cache disabled: {type(err).__name__}: {message}", flush=True)
         return None
-    print(f"[speclens] semantic cache: {cache.location}", flush=True)
+    searched = f", searched by {cache.search}" if cache.search else ""
+    print(f"[speclens] semantic cache: {cache.location}{searched}", flush=True)
     if cache.problem:
         print(f"[speclens] warning: {cache.problem}", flush=True)
     return cache
@@ -96,7 +100,7 @@ def load_engine(args: argparse.Namespace, cache_dir: Path):
 
     target, draft = args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT
     start = time.perf_counter()
-    cache = open_semantic_cache(cache_dir, args.cache_url, args.cache_namespace)
+    cache = open_semantic_cache(cache_dir, args.cache_url, args.cache_namespace, args.cache_max_entries)
     engine = ChatEngine(cache=cache, cache_dir=cache_dir)
     print(f"[speclens] loading target {target} and draft {draft} (first use converts the weights once)…",
           flush=True)

@@ -25,6 +25,7 @@ import re
 import time
 from collections.abc import Iterator
 
+import numpy as np
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -260,7 +261,7 @@ class RedisStore:
         self._run(lambda c: None)
         return self._vectors is not None
 
-    def similar(self, scope: str, query, count: int, ef: int) -> list[tuple[str, float]]:
+    def similar(self, scope: str, query: np.ndarray, count: int, ef: int) -> list[tuple[str, float]]:
         """``count`` nearest (entry key, approximate cosine) in ``scope`` (HNSW, int8), best first."""
         return self._run(lambda c: self._vectors.similar(c, scope, query, count, ef))
 

@@ -19,7 +19,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 
 from engine.cache.embedder import EmbeddingIndex
-from engine.cache.store import Store, Token
+from engine.cache.store import SearchingStore, Store, Token
 from engine.errors import InvalidSettingError
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ class ServerIndex:
 
     token = None
 
-    def __init__(self, store, dim: int, count: int = SERVER_COUNT, ef: int = SERVER_EF):
+    def __init__(self, store: SearchingStore, dim: int, count: int = SERVER_COUNT, ef: int = SERVER_EF):
         self._store, self._dim, self.count, self.ef = store, dim, int(count), int(ef)
         self.description = store.search
 
@@ -173,7 +173,6 @@ def check_search(search: str, ef: int) -> None:
 def index_for(store: Store, dim: int, search: str = "auto", ef: int = SERVER_EF) -> Index:
     """A :class:`ServerIndex` when the store searches itself (and ``search`` is "auto"), else a
     :class:`MirrorIndex`. May raise StoreUnavailable (a Redis store asks its server)."""
-    server_search = getattr(store, "server_search", None)
-    if search == "auto" and server_search is not None and server_search():
+    if search == "auto" and isinstance(store, SearchingStore) and store.server_search():
         return ServerIndex(store, dim, ef=ef)
     return MirrorIndex(store, dim)

@@ -179,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--distractors", type=int, default=100_000, help="other entries for --exactness")
     parser.add_argument("--ef", default="10,20,50,100,200", help="comma-separated EF values for --exactness")
     parser.add_argument("--build-ef", type=int, help="vector-set insert EF of the filled store (default: the app's)")
+    parser.add_argument("--namespace", help="--latency: fill (or resume filling) this Redis namespace and keep it")
     parser.add_argument("--cache-url", help="run against Redis (redis://[:password@]host:port/db) instead of disk")
     parser.add_argument("--judge", metavar="MODEL", help="paraphrase judge model for direct mode (a built-in name)")
     parser.add_argument("--judge-threshold", type=float, help="P(yes) the judge needs (default: its calibrated one)")
@@ -215,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
                                              cache_url=args.cache_url, judge=judge)
             print(format_report(report["pairs"]))
     if args.latency:
-        report["latency"] = measure_latency(args.entries, cache_url=args.cache_url, build_ef=args.build_ef)
+        report["latency"] = measure_latency(args.entries, cache_url=args.cache_url, build_ef=args.build_ef,
+                                            namespace=args.namespace)
         print(format_latency(report["latency"]))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))

@@ -25,7 +25,7 @@ from engine.cache.semantic_cache import SemanticCache, entry_key, make_scope
 from engine.config import SamplingConfig
 
 DIM = 384
-SCOPE = make_scope("scale-target", "bf16", SamplingConfig(), "", [])
+SCOPE = make_scope("eval-target", "bf16", SamplingConfig(), "", [])  # as bench.cache_eval's
 BATCH = 200  # entries per pipeline
 
 
@@ -98,26 +98,41 @@ def _fill_batch(args) -> int:
     return stop - start
 
 
+def _missing(location: str, namespace: str, scope: str, n_entries: int) -> list[int]:
+    """Starts of the batches whose last entry is not in the store yet (resuming a fill)."""
+    import redis
+
+    starts = list(range(0, n_entries, BATCH))
+    client = redis.Redis.from_url(location)
+    with client.pipeline(transaction=False) as p:
+        for s in starts:
+            p.exists(f"{namespace}:e:{entry_key(scope, f'prompt {min(s + BATCH, n_entries) - 1}')}")
+        there = p.execute()
+    return [s for s, found in zip(starts, there) if not found]
+
+
 def fill(location: str, namespace: str | None, scope: str, n_entries: int, workers: int = 3,
-         progress: bool = True, build_ef: int | None = None) -> float:
+         progress: bool = True, build_ef: int | None = None) -> tuple[float, int]:
     """Write N synthetic records ("prompt i"): for Redis, from ``workers`` processes, each batch through one
-    pipeline; for a directory, one by one. Gives the seconds taken."""
+    pipeline (batches already there are skipped: a fill can be resumed); for a directory, one by one. Gives
+    (seconds taken, entries written)."""
     t0 = time.perf_counter()
-    with tqdm(total=n_entries, desc="fill", unit="entry", disable=not progress, smoothing=0.05) as bar:
+    starts = _missing(location, namespace, scope, n_entries) if namespace else list(range(0, n_entries, BATCH))
+    written = sum(min(BATCH, n_entries - s) for s in starts)
+    with tqdm(total=written, desc="fill", unit="entry", disable=not progress, smoothing=0.05) as bar:
         if namespace is None:
             store = open_store(location)
-            for start in range(0, n_entries, BATCH):
+            for start in starts:
                 for key, text in _records(scope, start, min(start + BATCH, n_entries)):
                     store.put(key, text, None, None)
                 bar.update(min(BATCH, n_entries - start))
             store.close()
         else:
-            jobs = [(location, namespace, build_ef, scope, s, min(s + BATCH, n_entries))
-                    for s in range(0, n_entries, BATCH)]
+            jobs = [(location, namespace, build_ef, scope, s, min(s + BATCH, n_entries)) for s in starts]
             with multiprocessing.get_context("spawn").Pool(workers) as pool:
                 for done in pool.imap_unordered(_fill_batch, jobs):
                     bar.update(done)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, written
 
 
 def _bulk_store(location: str, namespace: str | None, build_ef: int | None = None):
@@ -144,11 +159,13 @@ def redis_memory(url: str) -> dict:
 
 
 @contextmanager
-def scratch(cache_url: str | None):
-    """(location, namespace) of a throw-away store, dropped afterwards."""
+def scratch(cache_url: str | None, keep: str | None = None):
+    """(location, namespace) of a throw-away store, dropped afterwards; ``keep``: this namespace, kept."""
     import tempfile
 
-    if cache_url:
+    if cache_url and keep:
+        yield cache_url, keep
+    elif cache_url:
         namespace = f"speclens-scale-{uuid.uuid4().hex[:8]}"
         try:
             yield cache_url, namespace
@@ -162,12 +179,14 @@ def scratch(cache_url: str | None):
 
 
 def measure_latency(n_entries: int, cache_url: str | None = None, repeats: int = 300, progress: bool = True,
-                    build_ef: int | None = None) -> dict:
+                    build_ef: int | None = None, namespace: str | None = None) -> dict:
+    """``namespace``: fill (or finish filling) this Redis namespace and keep it, instead of a throw-away one."""
     out = {"entries": n_entries, "backend": "redis" if cache_url else "disk", "build_ef": store_build_ef(build_ef)}
-    with scratch(cache_url) as (location, namespace):
-        empty = _in_child(location, namespace, SCOPE, 0, 50)
-        seconds = fill(location, namespace, SCOPE, n_entries, progress=progress, build_ef=build_ef)
-        out["insert_per_s"] = n_entries / seconds
+    with scratch(cache_url) as (location, empty_ns):
+        empty = _in_child(location, empty_ns, SCOPE, 0, 50)
+    with scratch(cache_url, namespace) as (location, namespace):
+        seconds, written = fill(location, namespace, SCOPE, n_entries, progress=progress, build_ef=build_ef)
+        out["insert_per_s"] = written / seconds if written else None
         if cache_url:
             out["redis_memory"] = redis_memory(cache_url)
         full = _in_child(location, namespace, SCOPE, n_entries, repeats)
@@ -178,7 +197,7 @@ def measure_latency(n_entries: int, cache_url: str | None = None, repeats: int =
 def format_latency(r: dict) -> str:
     mem = r.get("redis_memory")
     lines = [f"entries               {r['entries']} ({r['backend']}; search: {r['search']}; insert EF {r['build_ef']})",
-             f"insert                {r['insert_per_s']:,.0f} entries/s",
+             f"insert                {r['insert_per_s'] or 0:,.0f} entries/s",
              f"semantic miss         p50 {r['miss_ms'][0]:.2f} ms   p99 {r['miss_ms'][1]:.2f} ms",
              f"semantic hit          p50 {r['semantic_hit_ms'][0]:.2f} ms   p99 {r['semantic_hit_ms'][1]:.2f} ms",
              f"exact hit             p50 {r['exact_hit_ms'][0]:.2f} ms   p99 {r['exact_hit_ms'][1]:.2f} ms",

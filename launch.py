@@ -61,6 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cache-namespace", default=os.environ.get("SPECLENS_CACHE_NAMESPACE") or "speclens",
                    help="key prefix in Redis; deployments with different namespaces never see each other's "
                         "entries (default: $SPECLENS_CACHE_NAMESPACE or speclens)")
+    p.add_argument("--cache-max-entries", type=int, default=None,
+                   help="Redis only: beyond this many entries the oldest are evicted (default 100000)")
     args = p.parse_args(argv)
     args.api_key = secret(p, args, "api_key", API_KEY_ENV)
     args.cache_url = secret(p, args, "cache_url", CACHE_URL_ENV)
@@ -104,7 +106,7 @@ def cache_secret(args: argparse.Namespace) -> str | None:
 
 
 def open_semantic_cache(cache_dir: Path, cache_url: str | None = None, namespace: str = "speclens",
-                        secret: str | None = None):
+                        secret: str | None = None, max_entries: int | None = None):
     """The semantic cache in Redis (``cache_url``) or in ``cache_dir``; None (with a message) when it cannot
     be opened: the store is unavailable (a locked directory, or no directory at all) or the embedder is missing.
     A read-only directory is served read-only, with a note. A Redis that is down is not an error: the cache
@@ -120,7 +122,7 @@ def open_semantic_cache(cache_dir: Path, cache_url: str | None = None, namespace
         sys.exit(f"[speclens] --cache-url {mask_url(cache_url)}: expected redis://, rediss:// or unix://")
     print("[speclens] opening the semantic cache (MiniLM embedder)…", flush=True)
     try:
-        store = open_store(cache_url or cache_dir / "semantic-cache", namespace=namespace)
+        store = open_store(cache_url or cache_dir / "semantic-cache", namespace=namespace, max_entries=max_entries)
         cache = SemanticCache(store, load_default_embedder(), secret=secret)
     except InvalidSettingError as err:
         sys.exit(f"[speclens] {err}")
@@ -130,7 +132,8 @@ def open_semantic_cache(cache_dir: Path, cache_url: str | None = None, namespace
         return None
     signed = " (records signed with the cache secret)" if secret else \
         " (no --cache-secret: every hit is verified by the target)" if cache_url else ""
-    print(f"[speclens] semantic cache: {cache.location}{signed}", flush=True)
+    searched = f", searched by {cache.search}" if cache.search else ""
+    print(f"[speclens] semantic cache: {cache.location}{searched}{signed}", flush=True)
     if cache.problem:
         print(f"[speclens] warning: {cache.problem}", flush=True)
     return cache
@@ -148,7 +151,8 @@ def load_engine(args: argparse.Namespace, cache_dir: Path):
 
     target, draft = args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT
     start = time.perf_counter()
-    cache = open_semantic_cache(cache_dir, args.cache_url, args.cache_namespace, cache_secret(args))
+    cache = open_semantic_cache(cache_dir, args.cache_url, args.cache_namespace, cache_secret(args),
+                                args.cache_max_entries)
     engine = ChatEngine(cache=cache, cache_dir=cache_dir)
     print(f"[speclens] loading target {target} and draft {draft} (first use converts the weights once)…",
           flush=True)

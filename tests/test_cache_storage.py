@@ -15,7 +15,7 @@ from engine.cache.backends import open_store
 from engine.cache.disk_store import DiskStore
 from engine.cache.records import mask_url
 from engine.cache.semantic_cache import SemanticCache, entry_key
-from engine.cache.store import Change, Store, StoreUnavailable, Token
+from engine.cache.store import Change, SearchingStore, Store, StoreUnavailable, Token
 from tests.test_semantic_cache import SCOPE, PrefixBlindEmbedder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,13 +79,13 @@ FAKE_STORES = [MemoryStore]  # every fake store in tests/: checked against the S
 
 
 # ---- the Store contract -------------------------------------------------------------------------------
-def protocol_mismatches(store) -> list[str]:
-    """How ``store`` differs from the Store Protocol: missing verbs, other signatures (names, kinds,
-    defaults, annotations), a missing or non-text ``location``."""
+def protocol_mismatches(store, protocol=Store) -> list[str]:
+    """How ``store`` differs from the ``protocol`` (Store by default): missing verbs, other signatures (names,
+    kinds, defaults, annotations), a missing or non-text ``location``."""
     problems = [] if isinstance(getattr(store, "location", None), str) else ["location is not a str"]
     if not isinstance(getattr(store, "shared", None), bool):
         problems.append("shared is not a bool")
-    for name, verb in inspect.getmembers(Store, inspect.isfunction):
+    for name, verb in inspect.getmembers(protocol, inspect.isfunction):
         if name.startswith("_"):
             continue
         impl = getattr(type(store), name, None)
@@ -112,6 +112,7 @@ def test_the_protocol_check_sees_signatures_not_only_names():
 def test_disk_store_and_fake_stores_satisfy_the_store_protocol(tmp_path):
     for store in (DiskStore(tmp_path / "c"), *(fake() for fake in FAKE_STORES)):
         assert isinstance(store, Store) and protocol_mismatches(store) == []
+        assert not isinstance(store, SearchingStore)  # these search in memory (engine/cache/search.py)
 
 
 def test_redis_store_satisfies_the_store_protocol(redis_server):
@@ -119,6 +120,7 @@ def test_redis_store_satisfies_the_store_protocol(redis_server):
 
     store = RedisStore(redis_server.url, namespace="protocol")
     assert isinstance(store, Store) and protocol_mismatches(store) == []
+    assert isinstance(store, SearchingStore) and protocol_mismatches(store, SearchingStore) == []
 
 
 def test_every_fake_store_in_the_tests_is_checked():

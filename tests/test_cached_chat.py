@@ -7,6 +7,7 @@ from engine.config import CACHE_OFF, CacheConfig, SamplingConfig, SpecConfig
 from engine.cache.embedder import load_default_embedder
 from engine.cache.semantic_cache import SemanticCache
 from engine.chat_engine import ChatEngine
+from tests.redis_server import wait_until
 
 pytestmark = pytest.mark.real
 SMOL = "smollm2-135m-instruct"
@@ -192,11 +193,11 @@ def test_a_failed_cache_write_never_costs_the_answer(loaded, tmp_path, monkeypat
     assert "disk is full" in engine.cache.stats()["warning"] and len(engine.cache) == 0
 
 
-def test_redis_killed_during_generation_still_delivers_the_answer(loaded):
+def test_redis_killed_during_generation_still_delivers_the_answer(loaded, redis_kind):
     from engine.cache.redis_store import RedisStore
-    from tests.redis_server import RedisServer, require_redis_binary
+    from tests.redis_server import RedisServer
 
-    server = RedisServer(require_redis_binary()).start()
+    server = RedisServer(redis_kind).start()
     try:
         engine = ChatEngine(cache=SemanticCache(RedisStore(server.url, namespace="gen"), load_default_embedder()))
         engine.use_models(*loaded)
@@ -207,6 +208,35 @@ def test_redis_killed_during_generation_still_delivers_the_answer(loaded):
                 server.stop()  # the answer is being generated; its cache write will fail
         assert events[0].outcome == "miss" and events[-1].type == "done" and events[-1].finish_reason == "eos"
         assert "unreachable" in engine.cache.stats()["warning"]
+    finally:
+        server.stop()
+
+
+def test_two_engines_on_one_redis8_share_hits_and_a_redis_restart_loses_no_chat(loaded):
+    """Two app instances (two ChatEngines, each with its own SemanticCache) on one Redis 8: an answer of one
+    is a hit in the other, searched on the server; Redis restarted mid-session (empty): both keep answering,
+    and what is written after the restart is shared again."""
+    from engine.cache.redis_store import RedisStore
+    from tests.redis_server import RedisServer
+
+    server = RedisServer("redis8").start()
+    try:
+        one, two = (ChatEngine(cache=SemanticCache(RedisStore(server.url, namespace="app", retry_after_s=0.2),
+                                                   load_default_embedder())) for _ in range(2))
+        for engine in (one, two):
+            engine.use_models(*loaded)
+        assert one.cache.search.endswith("vector set") and "vector set" in two.cache_info().backend
+        first = ask(one, "Name a planet.")
+        assert first[0].outcome == "miss" and first[-1].finish_reason == "eos"
+        assert ask(two, "name a planet")[0].outcome == "exact"
+        assert ask(two, "Please name one planet.")[0].outcome in ("verified", "cached")  # semantic, on the server
+        server.stop()
+        server.start()  # same port, empty
+        during = ask(one, "Name a fruit.")
+        assert during[-1].finish_reason == "eos" and during[-1].text  # answered, with or without the cache
+        wait_until(lambda: ask(one, "Name a colour.")[0].reason == "", 30, "engine one to use Redis again")
+        wait_until(lambda: ask(two, "name a colour")[0].outcome == "exact", 30,  # written after the restart
+                   "engine two to find engine one's answer")
     finally:
         server.stop()
 

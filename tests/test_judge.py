@@ -1,4 +1,6 @@
 """The paraphrase judge: Yes/No probability, what it may overrule in direct mode, its reused prompt KV cache."""
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -83,10 +85,32 @@ def test_the_reused_prompt_prefix_gives_the_same_probability_as_a_fresh_forward(
     assert warm.probability(*SYNONYMS) == pytest.approx(first, abs=1e-4)
 
 
-def test_only_calibrated_models_judge():
-    from types import SimpleNamespace
+def test_only_calibrated_model_and_precision_pairs_judge():
+    from engine.cache.judge import YES_THRESHOLDS, judge_for, uncalibrated_note
 
-    from engine.cache.judge import YES_THRESHOLDS, judge_for
-
-    assert judge_for(SimpleNamespace(name="some-uncalibrated-model")) is None
+    assert judge_for(SimpleNamespace(name="some-uncalibrated-model", precision="bf16")) is None
     assert all(0.5 <= t < 1.0 for t in YES_THRESHOLDS.values())
+    (name, precision), *_ = YES_THRESHOLDS
+    assert uncalibrated_note(SimpleNamespace(name=name, precision=precision)) == ""
+    int4 = SimpleNamespace(name=name, precision="int4")  # P(yes) shifts with quantisation: not calibrated there
+    assert judge_for(int4) is None
+    note = uncalibrated_note(int4)
+    assert f"{name} at int4" in note and f"calibrated at {precision}" in note and "verified" in note
+
+
+def test_direct_mode_without_a_calibrated_judge_says_why_a_near_hit_is_verified(tmp_path):
+    from engine.cache.cached_chat import chat_scope, lookup
+    from engine.cache.judge import uncalibrated_note
+    from engine.config import CacheConfig, SamplingConfig
+
+    target = SimpleNamespace(name="qwen2.5-coder-1.5b-instruct", precision="int4", vocab_size=100)
+    cache = SemanticCache(tmp_path / "c", AliasEmbedder({SYNONYMS[1]: SYNONYMS[0]}), mode="direct")
+    sampling = SamplingConfig()
+    scope = chat_scope(target, sampling, [{"role": "user", "content": SYNONYMS[0]}])
+    cache.store(SYNONYMS[0], scope, "answer", [1], complete=True)
+    note = uncalibrated_note(target)
+    ask = [{"role": "user", "content": SYNONYMS[1]}]
+    hit, event, _ = lookup(cache, target, ask, sampling, CacheConfig("direct"), judge=None, judge_note=note)
+    assert hit.outcome == "verified" and note in event.reason and "key terms" in event.reason
+    hit, event, _ = lookup(cache, target, ask, sampling, CacheConfig("verify"), judge=None, judge_note=note)
+    assert hit.outcome == "verified" and note not in event.reason  # verify mode never judges: nothing missing

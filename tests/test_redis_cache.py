@@ -9,7 +9,7 @@ from engine.cache.embedder import HashEmbedder
 from engine.cache.records import decode_record, encode_record
 from engine.cache.redis_store import RedisStore
 from engine.cache.semantic_cache import SemanticCache, entry_key
-from tests.redis_server import RedisServer, require_redis_binary, wait_until
+from tests.redis_server import RedisServer, wait_until
 from tests.test_semantic_cache import SCOPE, PrefixBlindEmbedder
 
 pytest.importorskip("redis")
@@ -36,7 +36,7 @@ def _store(cache, prompt, answer="an answer", ids=(1, 2, 3)):
 
 
 def test_two_instances_share_exact_and_semantic_hits(redis_server, request):
-    ns = request.node.name
+    ns = request.node.originalname
     a, b = (_cache(redis_server.url, ns, mode="direct", secret=SECRET) for _ in range(2))
     assert len(b) == 0  # b's index is loaded before a writes
     assert _store(a, "What is a monad?", answer="a monoid in the category of endofunctors")
@@ -52,18 +52,18 @@ def test_two_instances_share_exact_and_semantic_hits(redis_server, request):
 
 
 def test_ttl_is_redis_expiry(redis_server, request):
-    cache = SemanticCache(RedisStore(redis_server.url, namespace=request.node.name), PrefixBlindEmbedder(),
+    cache = SemanticCache(RedisStore(redis_server.url, namespace=request.node.originalname), PrefixBlindEmbedder(),
                           ttl_s=0.3)
     _store(cache, "short lived")
-    key = f"{request.node.name}:e:{entry_key(SCOPE, 'short lived')}"
+    key = f"{request.node.originalname}:e:{entry_key(SCOPE, 'short lived')}"
     assert 0 < redis_server.client().pttl(key) <= 300
     wait_until(lambda: cache.lookup("short lived", SCOPE).outcome == "miss", 10, "the entry to expire")
     assert cache.lookup("please short lived", SCOPE).outcome == "miss" and len(cache) == 0
 
 
 def test_oldest_entries_are_evicted_beyond_max_entries(redis_server, request):
-    writer = _cache(redis_server.url, request.node.name, max_entries=5)
-    reader = _cache(redis_server.url, request.node.name, max_entries=5)
+    writer = _cache(redis_server.url, request.node.originalname, max_entries=5)
+    reader = _cache(redis_server.url, request.node.originalname, max_entries=5)
     for i in range(8):
         _store(writer, f"prompt {i}")
     assert len(writer) == 5 and len(reader) == 5
@@ -72,8 +72,8 @@ def test_oldest_entries_are_evicted_beyond_max_entries(redis_server, request):
 
 
 def test_namespaces_do_not_see_each_other(redis_server, request):
-    team_a = _cache(redis_server.url, request.node.name + "-a")
-    team_b = _cache(redis_server.url, request.node.name + "-b")
+    team_a = _cache(redis_server.url, request.node.originalname + "-a")
+    team_b = _cache(redis_server.url, request.node.originalname + "-b")
     _store(team_a, "secret roadmap question")
     assert team_b.lookup("secret roadmap question", SCOPE).outcome == "miss"
     assert team_b.lookup("please secret roadmap question", SCOPE).outcome == "miss"
@@ -83,7 +83,7 @@ def test_namespaces_do_not_see_each_other(redis_server, request):
 
 
 def test_scopes_are_not_crossed_through_redis(redis_server, request):
-    a, b = _cache(redis_server.url, request.node.name), _cache(redis_server.url, request.node.name)
+    a, b = _cache(redis_server.url, request.node.originalname), _cache(redis_server.url, request.node.originalname)
     _store(a, "What is the capital of France?")
     assert b.lookup("What is the capital of France?", "another-scope").outcome == "miss"
     assert b.lookup("please What is the capital of France?", "another-scope").outcome == "miss"
@@ -120,15 +120,15 @@ def test_malformed_entries_are_skipped_and_moved_aside(redis_server, request, ov
 
 
 def test_token_ids_outside_the_vocabulary_are_skipped(redis_server, request):
-    cache = _cache(redis_server.url, request.node.name, mode="direct")
+    cache = _cache(redis_server.url, request.node.originalname, mode="direct")
     _store(cache, "big ids", ids=[5, 70_000])
     assert cache.lookup("big ids", SCOPE, vocab_size=50_000).outcome == "miss"
     assert cache.lookup("please big ids", SCOPE, vocab_size=50_000).outcome == "miss"
     assert cache.lookup("big ids", SCOPE, vocab_size=100_000).outcome == "exact"
 
 
-def test_redis_killed_mid_session_then_restarted():
-    server = RedisServer(require_redis_binary()).start()
+def test_redis_killed_mid_session_then_restarted(redis_kind):
+    server = RedisServer(redis_kind).start()
     clock = FakeClock()
     try:
         cache = SemanticCache(RedisStore(server.url, namespace="kill", clock=clock, retry_after_s=5),
@@ -150,8 +150,8 @@ def test_redis_killed_mid_session_then_restarted():
         server.stop()
 
 
-def test_redis_down_at_start_then_coming_up():
-    server = RedisServer(require_redis_binary())  # not started yet
+def test_redis_down_at_start_then_coming_up(redis_kind):
+    server = RedisServer(redis_kind)  # not started yet
     clock = FakeClock()
     cache = SemanticCache(RedisStore(server.url, namespace="late", clock=clock, retry_after_s=1),
                           PrefixBlindEmbedder())
@@ -164,8 +164,8 @@ def test_redis_down_at_start_then_coming_up():
         server.stop()
 
 
-def test_password_is_never_shown():
-    server = RedisServer(require_redis_binary(), password="s3cr3t-pw").start()
+def test_password_is_never_shown(redis_kind):
+    server = RedisServer(redis_kind, password="s3cr3t-pw").start()
     try:
         good = SemanticCache(RedisStore(server.url, namespace="pw"), PrefixBlindEmbedder())
         assert "s3cr3t-pw" not in good.location and ":***@" in good.location

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.redis_server import RedisServer, free_port, require_redis_binary, wait_until
+from tests.redis_server import RedisServer, free_port, wait_until
 
 pytestmark = pytest.mark.real
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +42,7 @@ def shared(tmp_path_factory):
     """
     from engine.models.catalog import cache_root
 
-    redis_server = RedisServer(require_redis_binary()).start()
+    redis_server = RedisServer("redis8").start()
     models = cache_root() / "models"
     models.mkdir(parents=True, exist_ok=True)
     cache_dir = tmp_path_factory.mktemp("speclens-shared")

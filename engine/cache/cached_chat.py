@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 from engine.config import CacheConfig, SamplingConfig
 from engine.events import CacheEvent, Event
@@ -23,10 +24,11 @@ def chat_scope(target: LoadedModel, sampling: SamplingConfig, messages: list[dic
 
 
 def lookup(cache: SemanticCache | None, target: LoadedModel, messages: list[dict], sampling: SamplingConfig,
-           config: CacheConfig, judge=None) -> tuple[CacheHit, CacheEvent, str | None]:
+           config: CacheConfig, judge=None, judge_note: str = "") -> tuple[CacheHit, CacheEvent, str | None]:
     """(hit, event, scope). The scope is computed once here and handed to :func:`remember`; it is None when
     the cache takes no part in this request (off, or an unseeded sample), and then nothing is stored either.
-    Entries whose token ids fall outside the target's vocabulary are skipped (a hostile or stale entry)."""
+    Entries whose token ids fall outside the target's vocabulary are skipped (a hostile or stale entry).
+    ``judge_note`` (why there is no judge) is added to the reason of a hit that direct mode verifies."""
     if cache is None or config.mode == "off":
         return CacheHit("miss"), CacheEvent("off", reason="cache is off"), None
     if not _cacheable(sampling):
@@ -35,6 +37,8 @@ def lookup(cache: SemanticCache | None, target: LoadedModel, messages: list[dict
     scope = chat_scope(target, sampling, messages)
     hit = cache.lookup(messages[-1]["content"], scope, config.mode, config.threshold, vocab_size=target.vocab_size,
                        judge=judge)
+    if judge_note and config.mode == "direct" and hit.outcome == "verified":
+        hit = replace(hit, reason="; ".join(filter(None, (hit.reason, judge_note))))
     return hit, hit.to_event(), scope
 
 

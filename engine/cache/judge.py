@@ -29,10 +29,15 @@ EXAMPLES = (
     ("Who painted the Mona Lisa?", "The Mona Lisa was painted by whom?", "Yes"),
     ("How do I start a Docker container?", "How do I stop a Docker container?", "No"),
 )
-# P(yes) above which a model's verdict serves a hit, chosen from its P(yes) on the pairs of
-# ../shared/eval/paraphrases.jsonl and tests/data/paraphrases_heldout2.jsonl (README, "Direct mode"). A model
-# without an entry is never used as a judge: an uncalibrated verdict could serve a wrong answer.
-YES_THRESHOLDS = {"qwen2.5-coder-1.5b-instruct": 0.9, "qwen2.5-coder-0.5b-instruct": 0.7}
+# P(yes) above which a model's verdict serves a hit, per (model, precision): quantisation shifts P(yes), so a
+# threshold holds only for the precision it was measured at. Chosen from P(yes) on the pairs of
+# ../shared/eval/paraphrases.jsonl and tests/data/paraphrases_heldout2.jsonl (README, "Direct mode"), measured
+# at bf16. A (model, precision) without an entry never judges: an uncalibrated verdict could serve a wrong
+# answer, so the hits it would have judged are verified by the target instead (see uncalibrated_note).
+YES_THRESHOLDS: dict[tuple[str, str], float] = {
+    ("qwen2.5-coder-1.5b-instruct", "bf16"): 0.9,
+    ("qwen2.5-coder-0.5b-instruct", "bf16"): 0.7,
+}
 
 
 def _ask(a: str, b: str) -> str:
@@ -96,7 +101,21 @@ class LLMJudge:
         return self.result(a, b).same
 
 
+def calibrated_threshold(name: str, precision: str) -> float | None:
+    return YES_THRESHOLDS.get((name, precision))
+
+
 def judge_for(loaded: LoadedModel, lock: threading.Lock | None = None) -> LLMJudge | None:
-    """A judge backed by ``loaded`` at its calibrated threshold, or None for a model never calibrated."""
-    threshold = YES_THRESHOLDS.get(loaded.name)
+    """A judge backed by ``loaded`` at the threshold calibrated for its (model, precision), or None."""
+    threshold = calibrated_threshold(loaded.name, loaded.precision)
     return None if threshold is None else LLMJudge(loaded, threshold, lock)
+
+
+def uncalibrated_note(loaded: LoadedModel) -> str:
+    """What the user is told when ``loaded`` cannot judge ("" when it can)."""
+    if calibrated_threshold(loaded.name, loaded.precision) is not None:
+        return ""
+    at = sorted(p for n, p in YES_THRESHOLDS if n == loaded.name)
+    known = f" (calibrated at {', '.join(at)} only)" if at else ""
+    return (f"no paraphrase-judge calibration for {loaded.name} at {loaded.precision}{known}: "
+            "near-hits the guards stop are verified by the target instead")

@@ -5,11 +5,16 @@ other's entries):
 
 - ``ns:e:<entry key>``: the record, JSON text (see :mod:`engine.cache.records`); TTL is Redis expiry
 - ``ns:order``: sorted set entry key -> time stored; beyond ``max_entries`` the oldest are evicted
-- ``ns:log``: a stream of changes (``op`` put/del/clear, ``key``), capped; each instance keeps the
-  embeddings in memory and applies the changes since the last id it saw (or reloads all after a gap)
 - ``ns:quarantine:<entry key>``: malformed records, moved aside for a person to look at
 
-Debian's Redis 7 has no vector search, so the similarity search stays an in-memory matmul in each instance.
+The similarity search runs where the server allows, decided once, at the first connection:
+
+- Redis 8 (vector sets): on the server, one vector set per scope (:mod:`engine.cache.redis_vectors`); an
+  instance holds no embeddings;
+- older servers (Debian's Redis 7.0): an in-memory index in each instance, kept in step through
+  ``ns:log``, a capped stream of changes (``op`` put/del/clear, ``key``): each instance applies the changes
+  since the last id it saw (or reloads all after a gap).
+
 No call waits long on a dead server: 0.5 s socket timeouts, no retries inside redis-py, and after a failure
 every call fails at once (:class:`StoreUnavailable`) until ``retry_after_s`` has passed.
 """
@@ -20,11 +25,13 @@ import re
 import time
 from collections.abc import Iterator
 
+import numpy as np
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from engine.cache.records import BadRecord, decode_record, mask_url
+from engine.cache.redis_vectors import BUILD_EF, VectorSets, has_vector_sets
 from engine.cache.store import Change, StoreUnavailable, Token
 from engine.errors import InvalidSettingError
 
@@ -38,6 +45,7 @@ LOG_MAXLEN = 10_000
 _CHUNK = 1000
 _NAMESPACE = re.compile(r"^[\w.-]{1,64}$")
 _EMPTY = "0-0"
+SWEEP_EVERY = 100  # writes between two incremental orphan sweeps (vector sets)
 # The server cannot be used now: unreachable, too slow or refusing our password (ConnectionError covers
 # AuthenticationError and BusyLoadingError), or refusing the command (out of memory, a read-only replica, no
 # ACL permission). Anything else redis-py raises (DataError, other ResponseErrors) is a bug and propagates.
@@ -60,9 +68,11 @@ class RedisStore:
     shared = True  # every instance with the URL writes here: records are trusted only when signed
 
     def __init__(self, url: str, namespace: str = DEFAULT_NAMESPACE, max_entries: int = DEFAULT_MAX_ENTRIES,
-                 retry_after_s: float = RETRY_AFTER_S, clock=time.monotonic):
+                 retry_after_s: float = RETRY_AFTER_S, clock=time.monotonic, timeout_s: float = SOCKET_TIMEOUT_S,
+                 build_ef: int = BUILD_EF):
         """Connects lazily: a server that is down is StoreUnavailable at the first call, not here. A bad
-        namespace or URL is InvalidSettingError (the message masks the password)."""
+        namespace or URL is InvalidSettingError (the message masks the password). ``timeout_s`` and
+        ``build_ef`` (the vector sets' insert EF) are for bulk loads such as the bench."""
         if not _NAMESPACE.match(namespace):
             raise InvalidSettingError(f"cache namespace must be 1-64 letters, digits, '_', '.', '-', got {namespace!r}")
         if max_entries < 1:
@@ -71,12 +81,16 @@ class RedisStore:
         self.location = f"{mask_url(url)} (namespace {namespace})"
         try:
             self._secret = redis.connection.parse_url(url).get("password") or None
-            self._client = redis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT_S,
-                                                socket_connect_timeout=SOCKET_TIMEOUT_S, retry=Retry(NoBackoff(), 0),
+            self._client = redis.Redis.from_url(url, socket_timeout=timeout_s,
+                                                socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0),
                                                 retry_on_timeout=False, decode_responses=False)
         except ValueError as err:  # redis-py's URL parsing: a bad port, scheme or query option
             raise InvalidSettingError(f"bad cache URL {mask_url(url)}: {err}") from None
         self._clock, self._retry_at, self._down = clock, float("-inf"), ""
+        self._vectors: VectorSets | None = None  # set at the first connection when the server has vector sets
+        self._build_ef = int(build_ef)
+        self.search = ""  # which search path runs, once connected
+        self._writes = 0
 
     def _k(self, *parts: str) -> str:
         return ":".join((self.namespace, *parts))
@@ -87,6 +101,8 @@ class RedisStore:
         if self._clock() < self._retry_at:
             raise StoreUnavailable(self._down)
         try:
+            if not self.search:
+                self._detect(self._client)
             return fn(self._client)
         except (*_UNREACHABLE, *_REFUSING) as err:
             detail = f"{type(err).__name__}: {err}"
@@ -97,6 +113,16 @@ class RedisStore:
             self._retry_at = self._clock() + self.retry_after_s
             raise StoreUnavailable(self._down) from err
 
+    def _detect(self, c) -> None:
+        """Which search path runs, asked once; logged and kept in ``search``."""
+        version = _text(c.info("server").get("redis_version", "?"))
+        if has_vector_sets(c):
+            self._vectors = VectorSets(self._k, self._build_ef)
+            self.search = f"Redis {version} vector set"
+        else:
+            self.search = f"Redis {version}: in-memory index"
+        log.info("semantic cache at %s: %s", self.location, self.search)
+
     def _decode(self, c, key: str, raw) -> dict | None:
         if raw is None:
             return None
@@ -104,10 +130,26 @@ class RedisStore:
             return decode_record(raw)
         except BadRecord as err:
             log.warning("semantic cache: malformed entry %s in %s moved aside: %s", key, self.location, err)
+            scopes = self._vectors.scopes_of(c, [key]) if self._vectors else [None]
             with c.pipeline() as p:
                 p.rename(self._k("e", key), self._k("quarantine", key)).zrem(self._k("order"), key)
+                if self._vectors:
+                    self._vectors.remove(p, [(key, scopes[0])])
                 p.execute(raise_on_error=False)
             return None
+
+    def _log(self, p, op: str, key: str) -> None:
+        """Queue a change for the instances' in-memory indexes; none exist on the vector-set path."""
+        if self._vectors is None:
+            p.xadd(self._k("log"), {"op": op, "key": key}, maxlen=LOG_MAXLEN, approximate=True)
+
+    def _gone(self, c, keys: list[str]) -> None:
+        """Entries whose record is gone (expired, moved aside): out of the order, their vectors removed."""
+        if self._vectors:
+            pairs = [(k, s) for k, s in zip(keys, self._vectors.scopes_of(c, keys)) if s is not None]
+            self._vectors.forget(c, pairs)
+        if keys:
+            c.zrem(self._k("order"), *keys)
 
     # ---- the store verbs (engine.cache.store.Store) ------------------------------------------------
     def get(self, key: str) -> dict | None:
@@ -120,31 +162,50 @@ class RedisStore:
         return self._run(read)
 
     def put(self, key: str, text: str, ttl_s: float | None, after: Token | None) -> Token | None:
+        self.put_many([(key, text)], ttl_s)
+        return None  # Redis does not tell whether another instance wrote in between: the log will
+
+    def put_many(self, items: list[tuple[str, str]], ttl_s: float | None, atomic: bool = True) -> None:
+        """Store (entry key, record text) pairs in one ``MULTI``: record, order and vector together.
+        ``atomic=False`` (bulk loads): a plain pipeline, which lets Redis insert vectors in its threads (about
+        twice as fast); a connection lost mid-way may then leave a vector without its record, until the sweep."""
         def write(c):
-            with c.pipeline() as p:
-                p.set(self._k("e", key), text, px=int(ttl_s * 1000) if ttl_s else None)
-                p.zadd(self._k("order"), {key: time.time()})
-                p.xadd(self._k("log"), {"op": "put", "key": key}, maxlen=LOG_MAXLEN, approximate=True)
+            with c.pipeline(transaction=atomic) as p:
+                for key, text in items:
+                    p.set(self._k("e", key), text, px=int(ttl_s * 1000) if ttl_s else None)
+                    p.zadd(self._k("order"), {key: time.time()})
+                    if self._vectors:
+                        self._vectors.add(p, key, text)
+                    self._log(p, "put", key)
                 p.zcard(self._k("order"))
                 size = p.execute()[-1]
             if size > self.max_entries:
                 self._evict(c, size - self.max_entries)
+            self._writes += len(items)
+            if self._vectors and self._writes >= SWEEP_EVERY:  # expired entries' vectors, a chunk at a time
+                self._writes = 0
+                self._vectors.sweep_step(c)
         self._run(write)
-        return None  # Redis does not tell whether another instance wrote in between: the log will
 
     def _evict(self, c, n: int) -> None:
         oldest = [_text(k) for k, _ in c.zpopmin(self._k("order"), n)]  # atomic: no two instances evict twice
+        scopes = self._vectors.scopes_of(c, oldest) if self._vectors else []
         with c.pipeline() as p:
             for key in oldest:
                 p.delete(self._k("e", key))
-                p.xadd(self._k("log"), {"op": "del", "key": key}, maxlen=LOG_MAXLEN, approximate=True)
+                self._log(p, "del", key)
+            if self._vectors:
+                self._vectors.remove(p, list(zip(oldest, scopes)))
             p.execute()
 
     def delete(self, key: str, after: Token | None) -> tuple[bool, Token | None]:
         def remove(c):
+            scopes = self._vectors.scopes_of(c, [key]) if self._vectors else []
             with c.pipeline() as p:
                 p.delete(self._k("e", key)).zrem(self._k("order"), key)
-                p.xadd(self._k("log"), {"op": "del", "key": key}, maxlen=LOG_MAXLEN, approximate=True)
+                self._log(p, "del", key)
+                if self._vectors:
+                    self._vectors.remove(p, [(key, scopes[0])])
                 existed = p.execute()[0]
             return bool(existed), None
         return self._run(remove)
@@ -160,6 +221,8 @@ class RedisStore:
             if batch:
                 c.delete(*batch)
             c.delete(self._k("order"))
+            if self._vectors:
+                self._vectors.drop_all(c, _CHUNK)
             c.xadd(self._k("log"), {"op": "clear", "key": ""}, maxlen=LOG_MAXLEN, approximate=True)
         self._run(wipe)
 
@@ -180,16 +243,39 @@ class RedisStore:
                 for key, raw in zip(chunk, c.mget([self._k("e", k) for k in chunk])):
                     rec = self._decode(c, key, raw)
                     (out.append((key, rec)) if rec is not None else gone.append(key))
-            if gone:  # expired (TTL) or moved aside: drop them from the order too
-                c.zrem(self._k("order"), *gone)
+            self._gone(c, gone)
             return out
         return iter(self._run(collect))
 
     def count(self) -> int:
+        """Live records. On the vector-set path also a full orphan sweep (both are one pass over the entries)."""
         def count(c):
+            if self._vectors:
+                self._vectors.sweep(c)
+                return c.hlen(self._vectors.scopes)
             keys = [_text(k) for k in c.zrange(self._k("order"), 0, -1)]
             return sum(c.exists(*[self._k("e", k) for k in keys[i:i + _CHUNK]]) for i in range(0, len(keys), _CHUNK))
         return self._run(count)
+
+    # ---- server-side search (vector sets) ------------------------------------------------------------
+    def server_search(self) -> bool:
+        """Whether the server searches (Redis 8 vector sets); connects if not yet. StoreUnavailable when down."""
+        self._run(lambda c: None)
+        return self._vectors is not None
+
+    def similar(self, scope: str, query: np.ndarray, count: int, ef: int) -> list[tuple[str, float]]:
+        """``count`` nearest (entry key, approximate cosine) in ``scope`` (HNSW, int8), best first."""
+        return self._run(lambda c: self._vectors.similar(c, scope, query, count, ef))
+
+    def get_many(self, keys: list[str]) -> list[dict | None]:
+        def read(c):
+            raws = c.mget([self._k("e", k) for k in keys]) if keys else []
+            return [self._decode(c, key, raw) for key, raw in zip(keys, raws)]
+        return self._run(read)
+
+    def forget(self, scope: str, keys: list[str]) -> int:
+        """Remove the vectors of entries whose record is gone (a lookup met them); how many were removed."""
+        return self._run(lambda c: self._vectors.forget(c, [(k, scope) for k in keys]))
 
     def changes(self, since: Token | None) -> tuple[Token, list[Change] | None]:
         """Changes after stream id ``since``; None (reload all) after a gap, a clear, or a restarted server."""

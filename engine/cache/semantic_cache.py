@@ -6,9 +6,10 @@ serves a confident wrong answer: in ``verify`` mode every hit goes to the target
 every token, see ChatEngine._check); in ``direct`` mode an exact hit is served as is and a near one
 (``cached``) only when every guard passes, and only from a store it trusts (engine/cache/trust.py).
 
-Storage is a :class:`engine.cache.store.Store` (diskcache directory or a shared Redis). Each instance
-keeps the embeddings in memory and, before a semantic search, applies what the store says changed since its
-last look, so another process's or another machine's writes show up at the next lookup. When the store is
+Storage is a :class:`engine.cache.store.Store` (diskcache directory or a shared Redis). The semantic search
+(:mod:`engine.cache.search`) runs on a Redis 8 server (vector sets), or else in this instance's memory, kept
+up to date with what the store says changed since its last look, so another process's or another machine's
+writes show up at the next lookup. When the store is
 unreachable a lookup is a miss with the reason, a store is skipped, and ``stats()["warning"]`` says why;
 generation never waits on it. Only :class:`StoreUnavailable` is handled so; any other error is a bug and
 propagates.
@@ -26,13 +27,14 @@ import numpy as np
 
 from engine.config import DEFAULT_CACHE_THRESHOLD as DEFAULT_THRESHOLD
 from engine.config import CacheConfig
-from engine.cache.embedder import EmbeddingIndex, normalise_rows
+from engine.cache.embedder import normalise_rows
 from engine.errors import InvalidSettingError
 from engine.events import CacheEvent
 from engine.cache.backends import open_store
 from engine.cache.disk_store import DEFAULT_SIZE_LIMIT
 from engine.cache.guards import failed_guards, judge_may_overrule
 from engine.cache.records import BadRecord, check_vocab, encode_record
+from engine.cache.search import SERVER_EF, Index, check_search, fits, index_for
 from engine.cache.store import Store, StoreUnavailable
 from engine.cache.keys import entry_key, make_scope, normalise_prompt
 from engine.cache.trust import Trust, check_secret
@@ -74,8 +76,9 @@ class SemanticCache:
 
     def __init__(self, store: Store | str | os.PathLike, embedder, *, threshold: float = DEFAULT_THRESHOLD,
                  mode: str = "verify", size_limit_bytes: int = DEFAULT_SIZE_LIMIT, ttl_s: float | None = None,
-                 clock=time.time, secret: str | bytes | None = None):
-        """``store``: a :class:`Store`, a ``redis://`` URL or a directory (:func:`open_store`).
+                 clock=time.time, secret: str | bytes | None = None, search: str = "auto", ef: int = SERVER_EF):
+        """``store``: a :class:`Store`, a ``redis://`` URL or a directory (:func:`open_store`). ``search``,
+        ``ef``: see :func:`engine.cache.search.index_for` ("memory" forces the exact in-memory scan).
         ``clock`` (unix seconds) dates entries and, besides the store's own expiry, decides their TTL on read;
         tests pass a fake one. ``secret`` (shared by every instance of the cache) signs each record and
         refuses those that do not check (engine/cache/trust.py)."""
@@ -83,18 +86,20 @@ class SemanticCache:
         if size_limit_bytes <= 0 or (ttl_s is not None and ttl_s <= 0):
             raise InvalidSettingError("cache size limit and TTL must be positive")
         secret = check_secret(secret)
+        check_search(search, ef)
         self.threshold, self.mode, self.ttl_s, self._clock = float(threshold), mode, ttl_s, clock
+        self._search, self._ef = search, ef
         self._store = store if isinstance(store, Store) else open_store(store, size_limit_bytes=size_limit_bytes)
         self.location = self._store.location
         self._trust = Trust(secret, self._store.shared)
         self._embedder = embedder
         self._dim = getattr(embedder, "dim", None) or len(self._embed("dimension probe"))
-        self._index, self._token = EmbeddingIndex(), None  # None: reload all at the next sync
+        self._index: Index | None = None  # chosen once the store answers (index_for)
         self._counts: Counter = Counter()
         self._saved_s = 0.0
         self._problems: dict[str, str] = {}  # "read"/"write" -> the last failure of that kind, until one succeeds
         self._lock = threading.RLock()  # one instance may serve several UI threads
-        self._safely("open", self._sync, None)
+        self._safely("open", self._refresh, None)
 
     # ---- plumbing -------------------------------------------------------------------------------
     _WRITES = ("store", "delete", "clear")
@@ -114,40 +119,29 @@ class SemanticCache:
             except StoreUnavailable as err:
                 if self._problems.get(kind) != str(err):
                     log.warning("semantic cache %s failed: %s", what, err)
-                self._problems[kind], self._token = str(err), None  # reload everything once the store is back
+                self._problems[kind] = str(err)
+                if self._index is not None:
+                    self._index.invalidate()  # reload everything once the store is back
                 return fallback
             self._problems.pop(kind, None)
             if kind == "write":
                 self._problems.pop("read", None)
             return result
 
-    def _sync(self) -> None:
-        """Bring the in-memory index up to date with the store (other instances' writes included)."""
-        token, changes = self._store.changes(self._token)
-        if changes is None:
-            index = EmbeddingIndex()
-            for key, rec in self._store.records():
-                self._add(index, key, rec)
-            self._index = index
-        else:
-            for op, key in changes:
-                rec = self._store.get(key) if op == "put" else None
-                if rec is None:
-                    self._index.remove(key)
-                else:
-                    self._add(self._index, key, rec)
-        self._token = token
+    @property
+    def search(self) -> str:
+        """Where the semantic search runs ("Redis 8.2.3 vector set", "Redis 7.0.15: in-memory index", "in-memory
+        index"); "" until the store has answered once."""
+        return self._index.description if self._index is not None else ""
 
-    def _fits(self, key: str, rec: dict) -> bool:
-        if rec["embedding"].shape == (self._dim,):
-            return True
-        log.warning("semantic cache: entry %s has a %d-d embedding, the embedder gives %d-d; skipped",
-                    key, rec["embedding"].shape[0], self._dim)
-        return False
+    def _ready(self) -> Index:
+        if self._index is None:
+            self._index = index_for(self._store, self._dim, self._search, self._ef)
+        return self._index
 
-    def _add(self, index: EmbeddingIndex, key: str, rec: dict) -> None:
-        if self._fits(key, rec):
-            index.add(rec["scope"], key, rec["embedding"])
+    def _refresh(self, live: int | None = None) -> None:
+        """Bring the index up to date with the store (other instances' writes included)."""
+        self._ready().refresh(live)
 
     def _embed(self, text: str) -> np.ndarray:
         return normalise_rows(self._embedder.encode([text]))[0]  # (d,)
@@ -157,7 +151,7 @@ class SemanticCache:
         return self.ttl_s is not None and self._clock() - rec["created"] >= self.ttl_s
 
     def _usable(self, key: str, rec: dict | None, scope: str, vocab_size: int | None) -> bool:
-        if rec is None or rec["scope"] != scope or not self._fits(key, rec):
+        if rec is None or rec["scope"] != scope or not fits(key, rec, self._dim):
             return False
         if self._expired(rec) or not self._trust.believes(key, rec, entry_key(rec["scope"], rec["prompt"])):
             return False
@@ -192,13 +186,13 @@ class SemanticCache:
         if self._usable(key, rec, scope, vocab_size):
             why = "verify mode: the target checks the cached answer" if mode == "verify" else untrusted
             return _hit("exact", key, rec, 1.0, why, needs_check=bool(why))
-        self._sync()
-        for cand, sim in self._index.search(scope, self._embed(prompt)):
+        index = self._ready()
+        for cand, sim, rec in index.search(scope, self._embed(prompt), threshold):
             if sim < threshold:
                 break
-            rec = self._store.get(cand)
+            rec = rec or self._store.get(cand)
             if not self._usable(cand, rec, scope, vocab_size):  # evicted, expired or unusable
-                self._index.remove(cand)
+                index.removed(cand, None)
                 continue
             if mode == "verify" or untrusted:
                 return _hit("verified", cand, rec, sim, untrusted)
@@ -224,26 +218,23 @@ class SemanticCache:
             return False
 
         def write() -> bool:
-            token = self._store.put(key, text, self.ttl_s, self._token)
-            self._index.add(scope, key, vec)
-            if token is not None:
-                self._token = token
+            index = self._ready()
+            index.wrote(scope, key, vec, self._store.put(key, text, self.ttl_s, index.token))
             return True
         return self._safely("store", write, False)
 
     def delete(self, key: str) -> bool:
         def remove() -> bool:
-            existed, token = self._store.delete(key, self._token)
-            self._index.remove(key)
-            if token is not None:
-                self._token = token
+            index = self._ready()
+            existed, token = self._store.delete(key, index.token)
+            index.removed(key, token)
             return existed
         return self._safely("delete", remove, False)
 
     def clear(self) -> None:
         def wipe() -> None:
             self._store.clear()
-            self._index, self._token = EmbeddingIndex(), None
+            self._ready().invalidate()
         self._safely("clear", wipe, None)
 
     def entries(self, limit: int = 50) -> list[dict]:
@@ -259,10 +250,7 @@ class SemanticCache:
         """Live entries in the store. Also resyncs the index when TTL or the size limit removed entries."""
         def count() -> int:
             n = self._store.count()
-            self._sync()
-            if n != len(self._index):  # evicted or expired without a logged change
-                self._token = None
-                self._sync()
+            self._refresh(n)
             return n
         return self._safely("count", count, 0)
 
@@ -278,7 +266,7 @@ class SemanticCache:
         lookups = sum(counts.values())
         out = {"lookups": lookups, "hits": hits, "misses": counts["miss"],
                "hit_rate": (lookups - counts["miss"]) / lookups if lookups else 0.0,
-               "time_saved_s": saved_s, "entries": len(self), "backend": self.location}
+               "time_saved_s": saved_s, "entries": len(self), "backend": self.location, "search": self.search}
         if self.problem:
             out["warning"] = self.problem
         return out

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterator
 from typing import Protocol, TypeAlias, runtime_checkable
 
+import numpy as np
+
 Token: TypeAlias = Hashable
 """A store's change token: opaque to the cache, compared only for equality (a counter, a stream id)."""
 
@@ -69,3 +71,23 @@ class Store(Protocol):
 
     def close(self) -> None:
         """Let go of files and connections."""
+
+
+@runtime_checkable
+class SearchingStore(Store, Protocol):
+    """A store that can also search embeddings itself (Redis 8 vector sets); see engine/cache/search.py."""
+
+    search: str
+    """Which search path runs, e.g. "Redis 8.2.3 vector set" ("" until connected)."""
+
+    def server_search(self) -> bool:
+        """Whether the server searches; asked once (may connect, may raise StoreUnavailable)."""
+
+    def similar(self, scope: str, query: np.ndarray, count: int, ef: int) -> list[tuple[str, float]]:
+        """The ``count`` nearest (entry key, approximate cosine) of ``scope``, best first."""
+
+    def get_many(self, keys: list[str]) -> list[dict | None]:
+        """:meth:`get` for several keys in one round trip."""
+
+    def forget(self, scope: str, keys: list[str]) -> int:
+        """Drop the vectors of entries whose record is gone; how many were dropped."""

@@ -30,10 +30,21 @@ def pair():
     return tiny_pair(0)
 
 
+@pytest.fixture(scope="module")
+def trust_redis():
+    """One real server for the trust tests (Redis 8.2: the vector-set path; the signatures do not depend on it)."""
+    from tests.redis_server import RedisServer
+    server = RedisServer("redis8").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def location(kind, request, tmp_path):
     if kind == "disk":
         return tmp_path / "cache"
-    server = request.getfixturevalue("redis_server")
+    server = request.getfixturevalue("trust_redis")
     return f"{server.url}#{hashlib.sha256(request.node.name.encode()).hexdigest()[:16]}"
 
 

@@ -33,8 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                                  "(default: qwen2.5-coder-0.5b-instruct)")
     p.add_argument("--target-precision", choices=PRECISIONS, default="auto",
                    help="precision of the target (default: auto = measured fastest for this machine: on a CUDA GPU "
-                        "bf16 when the pair fits its free memory, else nf4; bf16 on Apple Silicon (MPS); bf16 on "
-                        "AMX CPUs, int8-weight on other CPUs)")
+                        "bf16 when the pair fits its free memory, else nf4; bf16 on Apple Silicon (MPS); int4 on "
+                        "AVX-512 and AMX CPUs, int8-weight on AVX2 and older CPUs)")
     p.add_argument("--draft-precision", choices=PRECISIONS, default="auto",
                    help="precision of the draft (default: auto = bf16 on a GPU, nf4 when even an nf4 "
                         "target leaves no room for it; int8-dynamic on CPU)")

@@ -7,12 +7,11 @@ run those; the README's command runs all three: ``-m "fast or real or browser"``
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from tests.redis_server import SERVERS, RedisServer
+from tests.redis_server import SERVERS, RedisServer, missing_binary
 
 TIERS = ("real", "browser")
 
@@ -45,10 +44,7 @@ def require_llama_binary(name: str) -> Path:
     from bench.peer import find_llama_binary
     found = find_llama_binary(name)
     if found is None:
-        if os.environ.get("SPECLENS_REQUIRE_PEER") == "1":
-            pytest.fail(f"{name} is not installed and SPECLENS_REQUIRE_PEER=1")
-        pytest.skip(f"{name} is not installed (pip install '.[peer]', recipe in the README); set "
-                    "SPECLENS_REQUIRE_PEER=1 to make this a failure")
+        missing_binary(name, "pip install '.[peer]', recipe in the README", "SPECLENS_REQUIRE_PEER")
     return found
 
 

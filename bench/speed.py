@@ -5,7 +5,8 @@ python -m bench.speed --prompts FILE.jsonl [--target NAME] [--draft NAME] [--k K
                        [--proposer draft] [--temperature 0] [--seed 0] [--llama-server PATH] [--json OUT]
 
 ``--temperature`` > 0 samples; prompt i then uses seed ``--seed + i`` (as the Experiments tab does, so its
-exported commands measure a cell again).
+exported commands measure a cell again). ``--prompts`` may also be a saved experiment (``experiment.json``) with
+``--prompt-set NAME``: that set's prompts as the run used them.
 
 Modes ``llama-cpp`` and ``llama-cpp-spec`` run llama.cpp's llama-server (bench.peer) on the same GGUF files
 with the same prompt tokens, 2 threads; they are skipped with a message when no llama-server is found.
@@ -206,9 +207,22 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def read_prompts(parser: argparse.ArgumentParser, path: str, prompt_set: str | None) -> list[dict]:
+    """A JSONL of {id, kind, prompt}, or one prompt set of a saved experiment (bench.experiment, the app)."""
+    with open(path) as f:
+        if not path.endswith(".json"):
+            return [json.loads(line) for line in f if line.strip()]
+        saved = json.load(f).get("prompts", {})
+    if prompt_set not in saved:
+        parser.error(f"--prompt-set must name one of the experiment's prompt sets: {', '.join(saved)}")
+    return [{"id": f"{prompt_set}-{i}", "kind": prompt_set, "prompt": p} for i, p in enumerate(saved[prompt_set])]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.speed", description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", required=True, help="JSONL with {id, kind, prompt} per line")
+    parser.add_argument("--prompts", required=True, help="JSONL with {id, kind, prompt} per line, or a saved "
+                                                         "experiment's JSON with --prompt-set")
+    parser.add_argument("--prompt-set", help="with an experiment JSON as --prompts: which of its prompt sets")
     parser.add_argument("--target", default=DEFAULT_TARGET)
     parser.add_argument("--draft", default=DEFAULT_DRAFT)
     parser.add_argument("--k", default="4", help="draft length, or 'auto' for adaptive")
@@ -235,8 +249,7 @@ def main(argv: list[str] | None = None) -> None:
     modes.insert(0, "target")
     spec = SpecConfig(adaptive=True, proposer=args.proposer) if args.k == "auto" else \
         SpecConfig(k=int(args.k), proposer=args.proposer)  # --k for spec/hybrid
-    with open(args.prompts) as f:
-        prompts = [json.loads(line) for line in f if line.strip()]
+    prompts = read_prompts(parser, args.prompts, args.prompt_set)
     quiet_library_logs()
     engine = ChatEngine()
     info = engine.load_pair(args.target, args.draft, args.dtype, args.draft_dtype)

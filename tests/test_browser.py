@@ -391,7 +391,14 @@ def test_experiments_grid_shows_rows_curves_and_downloads_the_csv(page, tmp_path
     fill(page, "exp-per-set", 1)
     fill(page, "exp-tokens", 24)
     page.click("#exp-run")
-    expect(page.locator("#exp-progress")).to_contain_text("Finished 4 cells", timeout=ANSWER_S * 3 * 1000)
+    expect(page.locator("#exp-progress .lab-count")).to_be_visible(timeout=60_000)  # the run has started
+    chat = page.context.browser.new_context().new_page()  # another session chats meanwhile: it waits its turn
+    chat.goto(page.url)
+    chat.wait_for_selector("#msg textarea", timeout=60_000)
+    set_number(chat, "max-new-tokens", 8)
+    wait_answer(chat, send(chat, "Say hi."), timeout_s=ANSWER_S * 3)
+    expect(page.locator("#exp-progress")).to_contain_text("Finished 4 cells", timeout=1000)  # already, not after
+    chat.context.close()
     expect(page.locator('#exp-table [role="row"]')).to_have_count(1 + 4)  # the header row and one per cell
     expect(page.locator('#exp-table [role="grid"]')).to_have_attribute("aria-rowcount", "5")
     expect(page.locator("#exp-speedup .predicted-curve polyline")).to_have_count(2)  # one per temperature

@@ -73,7 +73,8 @@ def test_a_grid_streams_rows_and_saves_escaped_files(tmp_path):
     assert last["exp_accept"].count('class="accept-line"') == 8
     with open(last["exp_csv"]["value"]) as f:
         table = list(csv.DictReader(f))
-    assert len(table) == 8 and table[0]["command"].startswith("python -m bench.speed --prompts prompts-code.jsonl")
+    assert len(table) == 8 and table[0]["command"].startswith(
+        "python -m bench.speed --prompts experiment.json --prompt-set code")
     report = open(last["exp_html"]["value"]).read()
     assert "<script" not in report.replace(SCRIPT, "") and "&lt;script&gt;" in report  # the own prompt, escaped
     assert "http" not in report.replace('xmlns="http://www.w3.org/2000/svg"', "")  # nothing to fetch

@@ -142,9 +142,28 @@ def test_a_saved_run_reloads_and_renders_the_report_again(engine, tmp_path):
     html = report_html(again)
     assert html == paths["html"].read_text()  # the same report from the JSON alone, no models
     assert html.count('class="predicted-curve"') == 2 and html.count('class="measured-point"') == 2
-    assert html.count("<tr>") == 1 + 4 and "python -m bench.speed --prompts prompts-own.jsonl" in html
-    lines = (tmp_path / "prompts-own.jsonl").read_text().splitlines()
-    assert [json.loads(x)["prompt"] for x in lines] == list(GRID["prompts"])
+    assert html.count("<tr>") == 1 + 4
+    command = rows[0]["command"] if (rows := again["rows"]) else ""
+    assert "python -m bench.speed --prompts experiment.json --prompt-set own" in command and command in html
+
+
+def test_a_cells_command_reads_its_prompts_from_the_saved_json(tmp_path):
+    import argparse
+    import shlex
+
+    from app.experiment_report import save_result
+    from bench.speed import read_prompts
+
+    grid = ExperimentGrid(ks=(2,), **GRID)
+    paths = save_result({"version": 1, "created": "now", "grid": grid.to_dict(), "rows": [],
+                         "prompts": {OWN: list(grid.set_prompts(OWN))}}, tmp_path)
+    from engine.lab.grid import bench_command
+    args = shlex.split(bench_command(grid, grid.cells()[0]))
+    assert args[args.index("--prompts") + 1] == paths["json"].name
+    prompts = read_prompts(argparse.ArgumentParser(), str(paths["json"]), args[args.index("--prompt-set") + 1])
+    assert [p["prompt"] for p in prompts] == list(GRID["prompts"])
+    with pytest.raises(SystemExit):
+        read_prompts(argparse.ArgumentParser(), str(paths["json"]), "code")
 
 
 @pytest.mark.real

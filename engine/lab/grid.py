@@ -198,21 +198,12 @@ class ExperimentGrid:
         return replace(self, target=target, drafts=(draft,))
 
 
-def bench_command(grid: ExperimentGrid, cell: Cell, prompts_file: str) -> str:
-    """The ``python -m bench.speed`` line that measures this cell again (target-only and this cell's spec)."""
+def bench_command(grid: ExperimentGrid, cell: Cell, saved_json: str = "experiment.json") -> str:
+    """The ``python -m bench.speed`` line that measures this cell again (target-only and this cell's spec), reading
+    the cell's prompts from the run's saved JSON."""
     k = "auto" if cell.k == ADAPTIVE else str(cell.k)
-    args = ["python", "-m", "bench.speed", "--prompts", prompts_file, "--target", grid.target, "--draft", cell.draft,
-            "--dtype", cell.target_precision, "--draft-dtype", cell.draft_precision, "--modes", "target,spec",
-            "--proposer", cell.proposer, "--k", k, "--temperature", f"{cell.temperature:g}", "--seed",
-            str(grid.seed), "--max-new-tokens", str(grid.max_new_tokens)]
+    args = ["python", "-m", "bench.speed", "--prompts", saved_json, "--prompt-set", cell.prompt_set,
+            "--target", grid.target, "--draft", cell.draft, "--dtype", cell.target_precision, "--draft-dtype",
+            cell.draft_precision, "--modes", "target,spec", "--proposer", cell.proposer, "--k", k, "--temperature",
+            f"{cell.temperature:g}", "--seed", str(grid.seed), "--max-new-tokens", str(grid.max_new_tokens)]
     return shlex.join(args)
-
-
-def prompts_file_name(prompt_set: str) -> str:
-    return f"prompts-{prompt_set}.jsonl"
-
-
-def prompt_lines(grid: ExperimentGrid, prompt_set: str) -> list[dict]:
-    """The set's prompts as bench.speed's JSONL records."""
-    return [{"id": f"{prompt_set}-{i}", "kind": prompt_set, "prompt": p}
-            for i, p in enumerate(grid.set_prompts(prompt_set))]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
-from engine.lab.grid import ADAPTIVE, Cell, ExperimentGrid, bench_command, prompts_file_name
+from engine.lab.grid import ADAPTIVE, Cell, ExperimentGrid, bench_command
 from engine.speed.costmodel import StepCosts
 
 RESULT_VERSION = 1
@@ -87,7 +87,7 @@ def cell_row(grid: ExperimentGrid, cell: Cell, runs: list[PromptRun], baseline: 
         "identical": f"{same}/{len(runs)}" if greedy else None, "identical_all": (same == len(runs)) if greedy else None,
         "distribution_p": fidelity["p_value"] if fidelity else None, "distribution_check": fidelity,
         "token_ids": [list(r.token_ids) for r in runs], "accepted_counts": [r.accepted for r in runs],
-        "costs": asdict(costs), "command": bench_command(grid, cell, prompts_file_name(cell.prompt_set)),
+        "costs": asdict(costs), "command": bench_command(grid, cell),
     }
 
 

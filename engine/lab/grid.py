@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import itertools
 import shlex
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 
-from engine.config import AUTO, MAX_K, PRECISIONS, PROPOSER_NAMES, SamplingConfig, SpecConfig
+from engine.config import AUTO, MAX_K, PRECISIONS, SamplingConfig, SpecConfig
 from engine.errors import InvalidSettingError
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 
@@ -193,9 +193,6 @@ class ExperimentGrid:
         if extra:
             _fail(f"the saved grid has unknown fields {extra}")
         return cls(**data)
-
-    def with_models(self, target: str, draft: str) -> ExperimentGrid:
-        return replace(self, target=target, drafts=(draft,))
 
 
 def bench_command(grid: ExperimentGrid, cell: Cell, saved_json: str = "experiment.json") -> str:

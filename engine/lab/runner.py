@@ -10,7 +10,7 @@ from __future__ import annotations
 import platform
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -128,8 +128,9 @@ class GridRun:
     def update(self, message: str, **kw) -> LabUpdate:
         return LabUpdate(self.done, self.total, message, **kw)
 
-    def models(self, cell: Cell) -> Iterator[LabUpdate | tuple[LoadedModel, LoadedModel, StepCosts]]:
-        """Load what the cell needs (a note first), calibrate the pair once; yields the notes, then the pair."""
+    def models(self, cell: Cell) -> Generator[LabUpdate, None, tuple[LoadedModel, LoadedModel, StepCosts]]:
+        """Load what the cell needs (a note first) and calibrate the pair once; yields the notes, returns the
+        pair and its costs."""
         keys = (self.pool.key(self.grid.target, cell.target_precision, "target"),
                 self.pool.key(cell.draft, cell.draft_precision, "draft"))
         for key in keys:
@@ -143,7 +144,7 @@ class GridRun:
                               loading=True)
             self.costs[keys] = calibrate(ModelRunner(target.model, target.vocab_size),
                                          ModelRunner(draft.model, draft.vocab_size))
-        yield target, draft, self.costs[keys]
+        return target, draft, self.costs[keys]
 
     def prompt_ids(self, target: LoadedModel, prompt_set: str) -> list[list[int]]:
         return [encode_chat(target.tokenizer, [{"role": "user", "content": p}], target.context_window)
@@ -164,13 +165,7 @@ class GridRun:
             self.baselines[key] = runs
 
     def cell(self, cell: Cell) -> Iterator[LabUpdate]:
-        pair = None
-        for item in self.models(cell):
-            if isinstance(item, LabUpdate):
-                yield item
-            else:
-                pair = item
-        target, draft, costs = pair
+        target, draft, costs = yield from self.models(cell)
         prompts = self.prompt_ids(target, cell.prompt_set)
         yield from self.baseline(target, cell, prompts)
         runs = []

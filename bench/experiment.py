@@ -5,12 +5,15 @@ python -m bench.experiment --sets code,prose --ks 2,4,8 --temperatures 0,0.7,1 [
                            [--prompts-per-set 2] [--max-new-tokens 48] [--seed 0] [--doctor] --out DIR
 python -m bench.experiment --rerun DIR/experiment.json --out DIR2   # the same grid again, compared
 
+Ctrl-C (or SIGTERM) stops the run like the tab's Stop button and still saves the finished cells.
 A rerun says whether the token ids (greedy cells) and accept counts (seeded sampling, fixed k) match the saved run.
 """
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 
 from tqdm.auto import tqdm
 
@@ -58,17 +61,27 @@ def compare(saved: dict, new: dict) -> list[str]:
     return problems
 
 
+def stop_on_signals() -> threading.Event:
+    """Ctrl-C or SIGTERM acts as the tab's Stop: the current generation ends at its next step and the finished
+    cells are saved."""
+    cancel = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: cancel.set())
+    return cancel
+
+
 def run(engine: ChatEngine, grid: ExperimentGrid, doctor: bool) -> dict:
-    report = engine.pair_doctor(kinds=grid.sets) if doctor else None
+    cancel = stop_on_signals()
+    report = engine.pair_doctor(grid.sets, 24, cancel) if doctor else None
     result = None
     with tqdm(total=None, desc="experiment", unit="gen") as bar:
-        for update in engine.run_experiment(grid):
+        for update in engine.run_experiment(grid, cancel):
             bar.total = update.total
             bar.n = update.done
             bar.set_postfix_str(update.message[:60])
             bar.refresh()
             if update.row is not None:
-                tqdm.write(f"done: {update.row['cell']}  speedup {update.row['speedup']:.2f}")
+                tqdm.write(f"done: {update.row['cell']}  speedup {update.row['speedup']:.2f}", file=sys.stderr)
             result = update.result or result
     if report is not None:
         result["doctor"] = report.to_dict()

@@ -9,12 +9,13 @@ import json
 from html import escape
 from pathlib import Path
 
-from app.experiment_view import TABLE_COLUMNS, _fmt, HEADERS, acceptance_chart, doctor_html, speedup_chart
+from app.experiment_view import HEADERS, TABLE_COLUMNS, acceptance_chart, cell_text, doctor_html, speedup_chart
 from engine.errors import InvalidSettingError
 from engine.lab.grid import ExperimentGrid
 from engine.lab.results import COLUMNS, RESULT_VERSION
 
-CSV_COLUMNS = (*COLUMNS, "series", "mean_k", "prompts", "seconds", "acceptance_by_position")
+CSV_COLUMNS = (*COLUMNS, "target_precision_used", "draft_precision_used", "series", "mean_k", "prompts", "seconds",
+               "acceptance_by_position")
 REPORT_CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#0f172a;max-width:1200px}
 h1{font-size:22px}h2{font-size:17px;margin-top:28px}
@@ -49,7 +50,7 @@ def rows_csv(rows: list[dict]) -> str:
 
 def _table(rows: list[dict]) -> str:
     head = "".join(f"<th>{escape(HEADERS[c])}</th>" for c in TABLE_COLUMNS)
-    body = "".join("<tr>" + "".join(f"<td>{escape(_fmt(c, r.get(c)))}</td>" for c in TABLE_COLUMNS) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td>{escape(cell_text(r, c))}</td>" for c in TABLE_COLUMNS) + "</tr>"
                    for r in rows)
     return f'<table class="lab-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 

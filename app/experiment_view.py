@@ -39,9 +39,16 @@ def _fmt(column: str, value) -> str:
     return str(value)
 
 
+def cell_text(row: dict, column: str) -> str:
+    """One table cell as text; a precision chosen as ``auto`` shows what it resolved to."""
+    text = _fmt(column, row.get(column))
+    used = row.get(f"{column}_used")
+    return f"{text} → {used}" if used and used != row.get(column) else text
+
+
 def table_frame(rows: list[dict]) -> pd.DataFrame:
     """The table as text cells (Gradio's Dataframe escapes them)."""
-    data = [[_fmt(c, r.get(c)) for c in TABLE_COLUMNS] for r in rows]
+    data = [[cell_text(r, c) for c in TABLE_COLUMNS] for r in rows]
     return pd.DataFrame(data, columns=[HEADERS[c] for c in TABLE_COLUMNS])
 
 

@@ -178,3 +178,11 @@ def test_a_real_pair_reruns_to_the_same_tokens_and_accept_counts(real_models):
     assert [r["token_ids"] for r in first["rows"]] == [r["token_ids"] for r in again["rows"]]
     assert [r["accepted_counts"] for r in first["rows"]] == [r["accepted_counts"] for r in again["rows"]]
     assert first["rows"][0]["identical"] == "1/1"  # int8-weight keeps the target lossless
+
+
+def test_auto_precisions_show_what_they_resolved_to():
+    from app.experiment_view import cell_text
+
+    row = {"draft_precision": "auto", "draft_precision_used": "int8-dynamic", "target_precision": "bf16",
+           "target_precision_used": "bf16"}
+    assert cell_text(row, "draft_precision") == "auto → int8-dynamic" and cell_text(row, "target_precision") == "bf16"

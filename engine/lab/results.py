@@ -61,7 +61,8 @@ def predicted_speedup(costs: StepCosts, cell: Cell, alpha: float, mean_k: float)
 
 
 def cell_row(grid: ExperimentGrid, cell: Cell, runs: list[PromptRun], baseline: list[PromptRun],
-             costs: StepCosts, fidelity: dict | None) -> dict:
+             costs: StepCosts, fidelity: dict | None, used: tuple[str, str] | None = None) -> dict:
+    """``used``: the (target, draft) precisions the models loaded with (``auto`` resolved on this machine)."""
     tokens = sum(len(r.token_ids) for r in runs)
     seconds = sum(r.seconds for r in runs)
     base_tokens, base_seconds = sum(len(r.token_ids) for r in baseline), sum(r.seconds for r in baseline)
@@ -76,10 +77,12 @@ def cell_row(grid: ExperimentGrid, cell: Cell, runs: list[PromptRun], baseline: 
     greedy = cell.temperature == 0
     same = sum(r.token_ids == b.token_ids for r, b in zip(runs, baseline))
     predicted = predicted_speedup(costs, cell, alpha, mean_k)
+    target_used, draft_used = used or (cell.target_precision, cell.draft_precision)
     return {
         "cell": cell.key, "series": cell.series, "prompt_set": cell.prompt_set, "k": cell.k,
         "temperature": cell.temperature, "proposer": cell.proposer, "target": grid.target, "draft": cell.draft,
         "draft_precision": cell.draft_precision, "target_precision": cell.target_precision,
+        "target_precision_used": target_used, "draft_precision_used": draft_used,
         "prompts": len(runs), "new_tokens": tokens, "seconds": seconds, "tokens_per_s": tps,
         "baseline_tokens_per_s": base_tps, "speedup": tps / base_tps if base_tps else None,
         "predicted_speedup": predicted, "acceptance": accepted / proposed if proposed else 0.0, "alpha": alpha,

@@ -183,7 +183,8 @@ class GridRun:
             fidelity = distribution_check(target, prompts, runs, self.grid.sampling(cell.temperature, 0),
                                           self.grid.seed)
         base = self.baselines[(target.name, target.precision, cell.temperature, cell.prompt_set)]
-        yield self.update(f"Done: {cell.key}", row=cell_row(self.grid, cell, runs, base, costs, fidelity))
+        yield self.update(f"Done: {cell.key}", row=cell_row(self.grid, cell, runs, base, costs, fidelity,
+                                                                  (target.precision, draft.precision)))
 
 
 def run_grid(grid: ExperimentGrid, pool: ModelPool, cancel: threading.Event | None = None) -> Iterator[LabUpdate]:

@@ -14,6 +14,7 @@ from app.context import AppContext
 from app.examples import example_inputs, example_labels
 from app.markdown_view import pygments_css
 from app.pair import make_pair_handlers, pair_status_html
+from app.experiments import FORM, create_experiments_tab, make_experiment_handlers
 from app.race import create_race_tab, make_race_handlers
 from app.stats_view import render_stats
 
@@ -43,11 +44,14 @@ def build_demo(ctx: AppContext) -> gr.Blocks:
                         elems.update(create_race_tab())
                     with gr.Tab("Cache", id="cache-tab") as cache_tab:
                         elems.update(create_cache_tab())
+                    with gr.Tab("Experiments", id="experiments-tab"):
+                        elems.update(create_experiments_tab(ctx.pair()))
         wire_chat(ctx, elems)
         wire_race(ctx, elems)
         wire_ghosts(elems)
         wire_cache(ctx, elems, cache_tab)
         wire_pair(ctx, elems)
+        wire_experiments(ctx, elems)
         gr.api(make_chat_api(ctx), api_name="chat", **ENGINE)
         demo.load(lambda: (pair_status_html(ctx.pair(), ctx.baseline()), render_stats(None, None, ctx.baseline())),
                   None, [elems["pair_status"], elems["stats"]], api_visibility="private")
@@ -118,6 +122,19 @@ def wire_pair(ctx: AppContext, e: dict) -> None:
     outputs = [e["pair_status"], e["error_box"], e["stats"]]
     e["load_btn"].click(h["load"], inputs, outputs, api_name="load_pair", **ENGINE)
     e["remeasure"].click(h["remeasure"], None, outputs, api_name="measure_baseline", **ENGINE)
+
+
+def wire_experiments(ctx: AppContext, e: dict) -> None:
+    h = make_experiment_handlers(ctx, e)
+    form = {e[n] for n in FORM}
+    views = [e[n] for n in ("exp_progress", "exp_table", "exp_speedup", "exp_accept", "exp_doctor_out", "exp_csv",
+                            "exp_json", "exp_html", "exp_result")]
+    e["exp_run"].click(h["run"], {*form, e["exp_doctor_state"]}, views, api_name="run_experiment",
+                       show_progress="hidden", **ENGINE)
+    e["exp_doctor"].click(h["doctor"], {e["exp_sets"], e["exp_result"]}, [e["exp_doctor_out"], e["exp_doctor_state"]],
+                          api_name="pair_doctor", show_progress="hidden", **ENGINE)
+    e["exp_stop"].click(h["stop"], None, None, queue=False, api_visibility="private")
+    e["exp_load"].upload(h["load"], [e["exp_load"]], [*views, *(e[n] for n in FORM)], api_visibility="private")
 
 
 def launch_kwargs() -> dict:

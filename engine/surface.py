@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from engine.config import DEFAULT_CACHE, CacheConfig, SamplingConfig, SpecConfig
 from engine.events import Event
+from engine.lab.grid import DOCTOR_KINDS, ExperimentGrid
+from engine.lab.results import DoctorReport, LabUpdate
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.speed.costmodel import StepCosts
 
@@ -91,6 +93,15 @@ class EngineSurface(Protocol):
         ...
 
     def prove_fp32(self, messages: list[dict], sampling: SamplingConfig, spec: SpecConfig) -> Fp32Proof:
+        ...
+
+    def run_experiment(self, grid: ExperimentGrid, cancel: threading.Event | None = None) -> Iterator[LabUpdate]:
+        """Progress updates, a row per finished cell, and last an update with the whole result (engine/lab)."""
+        ...
+
+    def pair_doctor(self, kinds: tuple[str, ...] = DOCTOR_KINDS, probe_tokens: int = 24,
+                    cancel: threading.Event | None = None) -> DoctorReport:
+        """The loaded pair's checks and costs, and a short acceptance probe per prompt kind."""
         ...
 
     def cache_info(self) -> CacheInfo:

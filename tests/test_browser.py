@@ -380,3 +380,58 @@ def test_a_cancelled_api_job_stops_generating_and_frees_the_queue(server):
     assert after["finish_reason"] in ("eos", "length")
     entries = client.predict(api_name="/cache_entries")
     assert prompt not in str(entries)
+
+
+SCREENSHOTS_ENV = "SPECLENS_SCREENSHOTS"  # a folder: the experiments test saves the tab and the report there
+
+
+def fill(page, elem_id: str, value) -> None:
+    box = page.locator(f"#{elem_id} textarea, #{elem_id} input").first
+    box.fill(str(value))
+    box.blur()
+
+
+def test_experiments_grid_shows_rows_curves_and_downloads_the_csv(page, tmp_path):
+    """A 2 x 2 grid (k 2, 6 x temperature 0, 1) on the loaded pair: 4 rows, the cost model's curves beside the
+    measured points, acceptance by position, the CSV and a report that renders with the network blocked."""
+    page.get_by_role("tab", name="Experiments").click()
+    fill(page, "exp-ks", "2, 6")
+    fill(page, "exp-temps", "0, 1")
+    fill(page, "exp-per-set", 1)
+    fill(page, "exp-tokens", 24)
+    page.click("#exp-run")
+    expect(page.locator("#exp-progress .lab-count")).to_be_visible(timeout=60_000)  # the run has started
+    chat = page.context.browser.new_context().new_page()  # another session chats meanwhile: it waits its turn
+    chat.goto(page.url)
+    chat.wait_for_selector("#msg textarea", timeout=60_000)
+    set_number(chat, "max-new-tokens", 8)
+    wait_answer(chat, send(chat, "Say hi."), timeout_s=ANSWER_S * 3)
+    expect(page.locator("#exp-progress")).to_contain_text("Finished 4 cells", timeout=1000)  # already, not after
+    chat.context.close()
+    expect(page.locator('#exp-table [role="row"]')).to_have_count(1 + 4)  # the header row and one per cell
+    expect(page.locator('#exp-table [role="grid"]')).to_have_attribute("aria-rowcount", "5")
+    expect(page.locator("#exp-speedup .predicted-curve polyline")).to_have_count(2)  # one per temperature
+    expect(page.locator("#exp-speedup .measured-point circle")).to_have_count(4)
+    assert page.locator("#exp-accept .accept-line").count() == 4
+    with page.expect_download() as download:
+        page.click("#exp-csv")
+    rows = download.value.path().read_text().splitlines()
+    assert len(rows) == 1 + 4 and rows[0].startswith("cell,prompt_set,k,temperature")
+    assert all("python -m bench.speed" in row for row in rows[1:])
+    with page.expect_download() as download:
+        page.click("#exp-html")
+    report = tmp_path / "report.html"
+    report.write_text(download.value.path().read_text())
+    shots = os.environ.get(SCREENSHOTS_ENV)
+    if shots:
+        page.locator("#exp-progress").scroll_into_view_if_needed()
+        page.screenshot(path=os.path.join(shots, "experiments.png"), full_page=True)
+    offline = page.context.new_page()
+    requested = []
+    offline.route("**/*", lambda route: (requested.append(route.request.url), route.abort()))
+    offline.set_content(report.read_text())  # anything the report fetched (CSS, fonts, images) would be recorded
+    expect(offline.locator(".predicted-curve")).to_have_count(2)
+    expect(offline.locator(".lab-table tbody tr")).to_have_count(4)
+    assert requested == []
+    if shots:
+        offline.screenshot(path=os.path.join(shots, "experiment-report.png"), full_page=True)

@@ -25,6 +25,7 @@ LAYERS = (
     "engine.models",  # loading, catalog, hardware, quantised layers, calibration, the chat prompt
     "engine.cache",
     "engine.divergence",
+    "engine.lab",  # experiments: grids, their runner, the pair doctor (engine.lab.grid and .results: pure)
     "engine.surface",  # the Protocol the app calls, and the values it returns
     "engine.chat_engine",  # ChatEngine: the one implementation of engine.surface
     "app",

@@ -26,6 +26,7 @@ from app.turn import Turn, trace_document
 from engine.config import CACHE_OFF, DEFAULT_CACHE, DEFAULT_SAMPLING, DEFAULT_SPEC, CacheConfig, SamplingConfig
 from engine.errors import EmptyPromptError, InvalidSettingError, NoPairError
 from engine.events import TOKEN_KINDS, CacheEvent, DoneEvent, StatsEvent, TokenEvent
+from engine.lab.grid import DOCTOR_KINDS
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.surface import (SURFACE_MEMBERS, CacheEntry, CacheInfo, CacheStats, EngineSurface, PairInfo,
                             surface_problems)
@@ -276,6 +277,17 @@ class FakeEngine:
         return SimpleNamespace(identical=True, n_tokens=2, divergence=None, seconds=1.25, load_seconds=0.0,
                                to_dict=lambda: {"identical": True})
 
+    def run_experiment(self, grid, cancel=None):
+        """Hand-made cells (tests/test_experiments_app.py): one row per cell, Stop honoured between cells."""
+        from tests.test_experiments_app import fake_experiment
+        self.calls.append(dict(grid=grid, cancel=cancel))
+        yield from fake_experiment(grid, cancel)
+
+    def pair_doctor(self, kinds=DOCTOR_KINDS, probe_tokens=24, cancel=None):
+        from tests.test_experiments_app import fake_doctor
+        self.calls.append(dict(doctor=kinds))
+        return fake_doctor(kinds)
+
     def cache_info(self):
         return CacheInfo(available=self.entries is not None, threshold=0.9, backend="redis://:***@<b>host</b>:1/0")
 
@@ -310,7 +322,7 @@ def test_fakes_and_the_engine_have_exactly_the_surface():
 
     assert set(SURFACE_MEMBERS) == {"load_pair", "info", "generate", "generate_reference", "explain_divergence",
                                     "prove_fp32", "cache_info", "cache_stats", "cache_entries", "cache_delete",
-                                    "cache_clear"}
+                                    "cache_clear", "run_experiment", "pair_doctor"}
     for cls in (ChatEngine, FakeEngine, RaceEngine, ApiFakeEngine):
         assert surface_problems(cls) == [], cls
     for fake in (FakeEngine([]), RaceEngine([]), ApiFakeEngine()):

@@ -130,3 +130,17 @@ def _curve(points: list[tuple[int, float, float]]) -> tuple[tuple[int, float], .
         highest = max(highest, sums[n][0] / sums[n][1])
         curve.append((n, highest))
     return tuple(curve)
+
+
+def break_even_alpha(costs: StepCosts, k: int, tolerance: float = 1e-4) -> float | None:
+    """The per-token acceptance at which drafting k tokens is exactly as fast as target-only decoding; None when
+    no acceptance makes it pay (even a perfect draft loses). Speedup grows with alpha: bisection."""
+    if costs.speedup(1.0, k) < 1.0:
+        return None
+    low, high = 0.0, 1.0
+    if costs.speedup(low, k) >= 1.0:
+        return 0.0
+    while high - low > tolerance:
+        mid = (low + high) / 2
+        low, high = (mid, high) if costs.speedup(mid, k) < 1.0 else (low, mid)
+    return high

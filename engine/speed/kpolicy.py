@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from engine.config import SpecConfig
 from engine.speed.costmodel import CostFit, StepCosts
 
 
@@ -113,3 +114,11 @@ class AdaptiveK:
             return
         self.accepted = self.decay * self.accepted + n_accepted
         self.rejected = self.decay * self.rejected + (1 if n_accepted < n_proposed else 0)
+
+
+def policy_for(spec: SpecConfig, prior: StepCosts | None = None) -> KPolicy:
+    """The policy for ``spec``; ``prior`` (the pair's calibration) starts its cost model."""
+    if spec.adaptive:
+        return AdaptiveK(k_init=min(max(spec.k, spec.k_min), spec.k_max), k_min=spec.k_min, k_max=spec.k_max,
+                         prior=prior)
+    return FixedK(spec.k, prior=prior)

@@ -1,0 +1,209 @@
+"""Run an experiment grid: every cell's prompts speculative, their target-only baselines, one row per cell.
+
+Models load once per (model, precision) per run (``ModelPool``; the engine's loaded pair is reused), and each
+(target, draft) pair is calibrated once. Runs are seeded: prompt i of a set samples with ``grid.seed + i``,
+so a rerun of a saved grid gives the same token ids (greedy) and accept counts (seeded sampling, fixed k;
+the adaptive k follows measured timings, so its draft lengths may differ between runs).
+"""
+from __future__ import annotations
+
+import platform
+import threading
+import time
+from collections.abc import Generator, Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from engine.config import SamplingConfig
+from engine.decode.reference import reference_generate
+from engine.decode.runner import ModelRunner
+from engine.decode.sampling import make_generator
+from engine.decode.speculative import speculative_generate
+from engine.decode.stream import TokenStream
+from engine.events import DoneEvent, final_done
+from engine.lab.fidelity import pit_values, target_probs, uniformity
+from engine.lab.grid import Cell, ExperimentGrid
+from engine.lab.results import RESULT_VERSION, LabUpdate, PromptRun, cell_row
+from engine.models.calibrate import calibrate
+from engine.models.hardware import detect_machine
+from engine.models.loading import LoadedModel, check_pair, default_device, load_model, resolve_precision
+from engine.models.prompt import encode_chat
+from engine.proposers import PROPOSERS
+from engine.speed.costmodel import StepCosts
+from engine.speed.kpolicy import policy_for
+
+
+class ModelPool:
+    """(name, precision) -> LoadedModel, for one run. ``precision`` may be auto: it resolves per role."""
+
+    def __init__(self, loaded: list[LoadedModel] = (), cache_dir: Path | None = None):
+        self.models = {(m.name, m.precision): m for m in loaded}
+        self.cache_dir = cache_dir
+        self.device = loaded[0].device if loaded else default_device()
+
+    def key(self, name: str, precision: str, role: str) -> tuple[str, str]:
+        return name, resolve_precision(precision, self.device, role)
+
+    def get(self, key: tuple[str, str]) -> LoadedModel:
+        if key not in self.models:
+            self.models[key] = load_model(key[0], key[1], device=self.device, cache_dir=self.cache_dir)
+        return self.models[key]
+
+
+def machine_info(device: torch.device) -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")), "")
+    return {"kind": detect_machine(device.type).describe(), "cpu": cpu or platform.processor(),
+            "device": str(device), "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "platform": platform.platform()}
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
+
+
+def _record(done: DoneEvent) -> PromptRun:
+    s = done.stats
+    return PromptRun(token_ids=tuple(done.token_ids), seconds=s.elapsed_s, steps=s.steps, proposed=s.proposed,
+                     accepted=s.accepted, rejected=s.rejected, accepted_by_pos=s.accepted_by_pos,
+                     proposed_by_pos=s.proposed_by_pos, cancelled=done.finish_reason == "cancelled")
+
+
+def _stream(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig) -> TokenStream:
+    return TokenStream(target.tokenizer, target.eos_ids, min(sampling.max_new_tokens,
+                                                              target.context_window - len(prompt_ids)),
+                       sampling.stop_on_eos, prompt_tokens=len(prompt_ids))
+
+
+def run_reference(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig,
+                  cancel: threading.Event | None) -> PromptRun:
+    runner = ModelRunner(target.model, target.vocab_size)
+    return _record(final_done(reference_generate(runner, prompt_ids, _stream(target, prompt_ids, sampling),
+                                                 sampling, cancel)))
+
+
+def run_speculative(target: LoadedModel, draft: LoadedModel, costs: StepCosts, cell: Cell, prompt_ids: list[int],
+                    sampling: SamplingConfig, cancel: threading.Event | None) -> PromptRun:
+    spec = cell.spec()
+    proposer = PROPOSERS[spec.proposer](lambda: ModelRunner(draft.model, draft.vocab_size))
+    events = speculative_generate(ModelRunner(target.model, target.vocab_size), proposer, prompt_ids,
+                                  _stream(target, prompt_ids, sampling), sampling,
+                                  k_policy=policy_for(spec, costs), cancel=cancel)
+    return _record(final_done(events))
+
+
+def distribution_check(target: LoadedModel, prompts: list[list[int]], runs: list[PromptRun],
+                       sampling: SamplingConfig, seed: int) -> dict:
+    """engine/lab/fidelity.py over the cell's sampled tokens, pooled."""
+    generator = make_generator(seed)
+    runner = ModelRunner(target.model, target.vocab_size)
+    values = []
+    for prompt_ids, run in zip(prompts, runs):
+        if run.token_ids:
+            probs = target_probs(runner, prompt_ids, list(run.token_ids), sampling)
+            values += pit_values(probs, list(run.token_ids), generator)
+    return uniformity(values).to_dict()
+
+
+class GridRun:
+    """The state of one run: the pool, calibrated pairs, baselines, progress."""
+
+    def __init__(self, grid: ExperimentGrid, pool: ModelPool, cancel: threading.Event | None):
+        self.grid, self.pool, self.cancel = grid, pool, cancel
+        self.cells = grid.cells()
+        self.costs: dict[tuple, StepCosts] = {}
+        self.baselines: dict[tuple, list[PromptRun]] = {}
+        self.done = 0
+        base_keys = {(c.target_precision, c.temperature, c.prompt_set) for c in self.cells}
+        self.total = sum(len(grid.set_prompts(c.prompt_set)) for c in self.cells) + \
+            sum(len(grid.set_prompts(s)) for _, _, s in base_keys)
+
+    def stopped(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+    def update(self, message: str, **kw) -> LabUpdate:
+        return LabUpdate(self.done, self.total, message, **kw)
+
+    def models(self, cell: Cell) -> Generator[LabUpdate, None, tuple[LoadedModel, LoadedModel, StepCosts]]:
+        """Load what the cell needs (a note first) and calibrate the pair once; yields the notes, returns the
+        pair and its costs."""
+        keys = (self.pool.key(self.grid.target, cell.target_precision, "target"),
+                self.pool.key(cell.draft, cell.draft_precision, "draft"))
+        for key in keys:
+            if key not in self.pool.models:
+                yield self.update(f"Loading {key[0]} ({key[1]})…", loading=True)
+                self.pool.get(key)
+        target, draft = self.pool.get(keys[0]), self.pool.get(keys[1])
+        if keys not in self.costs:
+            check_pair(target, draft)
+            yield self.update(f"Measuring {target.name} ({target.precision}) with {draft.name} ({draft.precision})…",
+                              loading=True)
+            self.costs[keys] = calibrate(ModelRunner(target.model, target.vocab_size),
+                                         ModelRunner(draft.model, draft.vocab_size))
+        return target, draft, self.costs[keys]
+
+    def prompt_ids(self, target: LoadedModel, prompt_set: str) -> list[list[int]]:
+        return [encode_chat(target.tokenizer, [{"role": "user", "content": p}], target.context_window)
+                for p in self.grid.set_prompts(prompt_set)]
+
+    def baseline(self, target: LoadedModel, cell: Cell, prompts: list[list[int]]) -> Iterator[LabUpdate]:
+        key = (target.name, target.precision, cell.temperature, cell.prompt_set)
+        if key in self.baselines:
+            return
+        runs = []
+        for i, ids in enumerate(prompts):
+            if self.stopped():
+                return
+            runs.append(run_reference(target, ids, self.grid.sampling(cell.temperature, i), self.cancel))
+            self.done += 1
+            yield self.update(f"Target only · {cell.prompt_set} · T={cell.temperature:g} · prompt {i + 1}")
+        if not any(r.cancelled for r in runs):
+            self.baselines[key] = runs
+
+    def cell(self, cell: Cell) -> Iterator[LabUpdate]:
+        target, draft, costs = yield from self.models(cell)
+        prompts = self.prompt_ids(target, cell.prompt_set)
+        yield from self.baseline(target, cell, prompts)
+        runs = []
+        for i, ids in enumerate(prompts):
+            if self.stopped():
+                return
+            runs.append(run_speculative(target, draft, costs, cell, ids, self.grid.sampling(cell.temperature, i),
+                                        self.cancel))
+            self.done += 1
+            yield self.update(f"{cell.key} · prompt {i + 1}")
+        if self.stopped() or any(r.cancelled for r in runs):
+            return
+        fidelity = None
+        if cell.temperature > 0:
+            fidelity = distribution_check(target, prompts, runs, self.grid.sampling(cell.temperature, 0),
+                                          self.grid.seed)
+        base = self.baselines[(target.name, target.precision, cell.temperature, cell.prompt_set)]
+        yield self.update(f"Done: {cell.key}", row=cell_row(self.grid, cell, runs, base, costs, fidelity,
+                                                                  (target.precision, draft.precision)))
+
+
+def run_grid(grid: ExperimentGrid, pool: ModelPool, cancel: threading.Event | None = None) -> Iterator[LabUpdate]:
+    """Progress updates, a row per finished cell, and last an update whose ``result`` is the whole run."""
+    run = GridRun(grid, pool, cancel)
+    rows, started = [], time.time()
+    yield run.update(f"{len(run.cells)} cells, {run.total} generations")
+    for cell in run.cells:
+        if run.stopped():
+            break
+        for update in run.cell(cell):
+            if update.row is not None:
+                rows.append(update.row)
+            yield update
+    result = {"version": RESULT_VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+              "seconds": time.time() - started, "grid": grid.to_dict(), "machine": machine_info(pool.device),
+              "stopped": run.stopped(), "rows": rows,
+              "prompts": {s: list(grid.set_prompts(s)) for s in grid.all_sets()},
+              "calibration": [{"target": t, "draft": d, **asdict(c)} for (t, d), c in run.costs.items()]}
+    message = f"Stopped after {len(rows)} of {len(run.cells)} cells" if run.stopped() else \
+        f"Finished {len(rows)} cells"
+    yield run.update(message, result=result)

@@ -172,7 +172,7 @@ class ChatEngine:
         return TokenStream(target.tokenizer, target.eos_ids, min(sampling.max_new_tokens, room),
                            sampling.stop_on_eos, prompt_tokens=len(prompt_ids))
 
-    def _stepwise(self, events: Iterator[Event], pair: Pair) -> Iterator[Event]:
+    def _stepwise(self, events: Iterator[Event], pair: Pair | None) -> Iterator[Event]:
         """Compute each event under the lock, hand it over without it: a caller holding a paused generator
         can start another generation (or measure a baseline) in the same thread without a deadlock. A GPU
         out of memory becomes a DeviceOutOfMemoryError that says what the models take."""
@@ -182,7 +182,7 @@ class ChatEngine:
                     try:
                         event = next(events, None)
                     except RuntimeError as err:
-                        if is_out_of_memory(err):  # what the models take and what to do, not a traceback
+                        if is_out_of_memory(err) and pair is not None:  # what the models take, what to do
                             raise out_of_memory("while generating", [pair.target, pair.draft]) from err
                         raise
                 if event is None:
@@ -291,7 +291,7 @@ class ChatEngine:
         engine's lock, like a generation: nothing else runs on the models in between."""
         pair = self.pair
         pool = ModelPool([pair.target, pair.draft] if pair else [], self.cache_dir)
-        yield from self._stepwise(run_grid(grid, pool, cancel))
+        yield from self._stepwise(run_grid(grid, pool, cancel), pair)
 
     def pair_doctor(self, kinds: tuple[str, ...] = DOCTOR_KINDS, probe_tokens: int = 24,
                     cancel: threading.Event | None = None) -> DoctorReport:

@@ -28,7 +28,7 @@ from engine.lab.grid import Cell, ExperimentGrid
 from engine.lab.results import RESULT_VERSION, LabUpdate, PromptRun, cell_row
 from engine.models.calibrate import calibrate
 from engine.models.hardware import detect_machine
-from engine.models.loading import LoadedModel, check_pair, default_device, load_model, resolve_precision
+from engine.models.loading import LoadedModel, check_pair, default_device, load_model, plan_precisions
 from engine.models.prompt import encode_chat
 from engine.proposers import PROPOSERS
 from engine.speed.costmodel import StepCosts
@@ -44,7 +44,7 @@ class ModelPool:
         self.device = loaded[0].device if loaded else default_device()
 
     def key(self, name: str, precision: str, role: str) -> tuple[str, str]:
-        return name, resolve_precision(precision, self.device, role)
+        return name, plan_precisions({role: (name, precision)}, self.device, self.cache_dir).precisions[role]
 
     def get(self, key: tuple[str, str]) -> LoadedModel:
         if key not in self.models:

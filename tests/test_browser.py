@@ -249,7 +249,10 @@ def test_race_mode_shows_both_answers_and_the_identity_check(page):
     page.fill("#race-prompt textarea", "Write a Python function that adds two numbers.")
     page.locator("#race-prompt textarea").press("Enter")  # as in the chat box, Enter runs it (the button too)
     expect(page.locator("#race-summary")).to_contain_text("target-only speed", timeout=ANSWER_S * 1000)
-    expect(page.locator("#race-summary")).to_contain_text(re.compile("identical token ids|token ids differ"))
+    # the app's SmolLM2 pair loads with auto precisions: an int8-weight/int4 target on a CPU is batch-invariant,
+    # so the race says bit-identical; elsewhere identical up to ties, or where they differ
+    expect(page.locator("#race-summary")).to_contain_text(
+        re.compile("bit-identical|identical token ids|token ids differ"))
     assert page.locator("#race-target .tok-target").count() > 0
     assert kinds_in(page.locator("#race-spec")) & {"accepted", "corrected", "bonus"}
 

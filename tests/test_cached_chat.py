@@ -221,8 +221,9 @@ def test_two_engines_on_one_redis8_share_hits_and_a_redis_restart_loses_no_chat(
 
     server = RedisServer("redis8").start()
     try:
+        # a shared store serves exact hits unchecked only with the instances' shared secret (signed records)
         one, two = (ChatEngine(cache=SemanticCache(RedisStore(server.url, namespace="app", retry_after_s=0.2),
-                                                   load_default_embedder())) for _ in range(2))
+                                                   load_default_embedder(), secret="s" * 32)) for _ in range(2))
         for engine in (one, two):
             engine.use_models(*loaded)
         assert one.cache.search.endswith("vector set") and "vector set" in two.cache_info().backend

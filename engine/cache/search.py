@@ -133,7 +133,7 @@ class ServerIndex:
         self.description = store.search
 
     def refresh(self, live: int | None = None) -> None:
-        pass  # the server is the index
+        """Nothing to load: the server is the index."""
 
     def search(self, scope: str, query: np.ndarray, floor: float) -> list[Candidate]:
         near = [key for key, sim in self._store.similar(scope, query, self.count, self.ef)
@@ -150,7 +150,7 @@ class ServerIndex:
         return sorted(out, key=lambda c: -c.similarity)[:TOP]
 
     def wrote(self, scope: str, key: str, vec: np.ndarray, token: Token | None) -> None:
-        pass  # the store's put added the vector
+        """Nothing to add: the store's put wrote the vector with the entry, in one MULTI."""
 
     def removed(self, key: str, token: Token | None) -> None:
         pass

@@ -153,10 +153,10 @@ class ServerIndex:
         """Nothing to add: the store's put wrote the vector with the entry, in one MULTI."""
 
     def removed(self, key: str, token: Token | None) -> None:
-        pass
+        """Nothing to drop: the store's delete removed the vector too."""
 
     def invalidate(self) -> None:
-        pass
+        """Nothing cached here to reload after a reconnect."""
 
 
 SEARCHES = ("auto", "memory")

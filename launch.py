@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from app.baseline import BaselineStore
     from app.context import AppContext
-    from app.openai_api import create_server
+    from app.api.openai_routes import create_server
     from app.ui import build_demo, launch_kwargs
     from engine.errors import EngineError
 

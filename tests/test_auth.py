@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from app.context import AppContext
-from app.openai_api import create_server
+from app.api.openai_routes import create_server
 from app.ui import build_demo, launch_kwargs
 from tests.server import serving
 from tests.test_render import FakeEngine

@@ -16,7 +16,7 @@ from tests.server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TRIPWIRE = 99
-# the loaders a bench run calls first: the model pair (and any conversion) for bench.speed, the embedder for both
+# the loaders a bench run calls first: the model pair (and any conversion) for bench.speed.modes, the embedder for both
 GUARD = """
 import runpy, sys
 
@@ -36,7 +36,7 @@ runpy.run_module({tool!r}, run_name="__main__")
 
 
 def run_tool(tool: str, *args: str) -> subprocess.CompletedProcess:
-    code = GUARD.format(code=TRIPWIRE, models=tool == "bench.speed", tool=tool)
+    code = GUARD.format(code=TRIPWIRE, models=tool == "bench.speed.modes", tool=tool)
     return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
                                             "HOME": str(Path.home())})
@@ -90,8 +90,8 @@ SPEED_CASES = [
 
 @pytest.mark.parametrize("args, expected", SPEED_CASES, ids=[" ".join(a) for a, _ in SPEED_CASES])
 def test_bench_speed_refuses_a_bad_argument_before_loading(files, args, expected):
-    assert_refused(run_tool("bench.speed", "--prompts", str(files["prompts.jsonl"]), *fill(args, files)),
-                   "bench.speed", *expected)
+    assert_refused(run_tool("bench.speed.modes", "--prompts", str(files["prompts.jsonl"]), *fill(args, files)),
+                   "bench.speed.modes", *expected)
 
 
 CACHE_EVAL_CASES = [
@@ -106,13 +106,13 @@ CACHE_EVAL_CASES = [
 
 @pytest.mark.parametrize("args, expected", CACHE_EVAL_CASES, ids=[" ".join(a) for a, _ in CACHE_EVAL_CASES])
 def test_cache_eval_refuses_a_bad_argument_before_loading(files, args, expected):
-    result = run_tool("bench.cache_eval", *fill(args, files | {"port": free_port()}))  # nothing listens there
-    assert_refused(result, "bench.cache_eval", *expected)
+    result = run_tool("bench.cache.evaluate", *fill(args, files | {"port": free_port()}))  # nothing listens there
+    assert_refused(result, "bench.cache.evaluate", *expected)
     assert "hunter2" not in result.stderr
 
 
-@pytest.mark.parametrize("tool, args", [("bench.speed", ["--prompts", "{prompts.jsonl}", "--k", "auto"]),
-                                        ("bench.cache_eval", ["--pairs", "{pairs.jsonl}"])])
+@pytest.mark.parametrize("tool, args", [("bench.speed.modes", ["--prompts", "{prompts.jsonl}", "--k", "auto"]),
+                                        ("bench.cache.evaluate", ["--pairs", "{pairs.jsonl}"])])
 def test_valid_arguments_go_on_to_load(files, tool, args):
     """The control: the tripwire above does catch a load, so the refusals really came before one."""
     result = run_tool(tool, *fill(args, files))

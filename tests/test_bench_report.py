@@ -1,5 +1,5 @@
 """The bench's summary and table: ratios within one run, and divergences reported with their margin."""
-from bench.speed import format_table, summarize
+from bench.speed.modes import format_table, summarize
 from engine.divergence import Divergence, rounding_step
 
 

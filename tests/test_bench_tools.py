@@ -1,4 +1,4 @@
-"""The measuring CLIs on real models: bench.overhead (time outside the forwards) and bench.quality."""
+"""The measuring CLIs on real models: bench.speed.overhead (time outside the forwards) and bench.speed.quality."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +8,7 @@ pytestmark = pytest.mark.real
 
 
 def test_overhead_reports_the_share_of_each_step_outside_the_forwards(capsys):
-    from bench.overhead import main
+    from bench.speed.overhead import main
     main(["--target", SMOL, "--draft", SMOL, "--dtype", "int4", "--draft-dtype", "int4", "--max-new-tokens", "8"])
     lines = capsys.readouterr().out.splitlines()
     rows = {line.split()[0]: line.split() for line in lines[2:]}
@@ -22,7 +22,7 @@ def test_overhead_reports_the_share_of_each_step_outside_the_forwards(capsys):
 def test_quality_compares_precisions_with_the_first_one(capsys, tmp_path):
     import json
 
-    from bench.quality import main
+    from bench.speed.quality import main
     out = tmp_path / "q.json"
     assert main(["--model", SMOL, "--precisions", "bf16,int4", "--ctx", "64", "--chunks", "3",
                  "--json", str(out)]) == 0
@@ -34,7 +34,7 @@ def test_quality_compares_precisions_with_the_first_one(capsys, tmp_path):
 
 
 def test_quality_refuses_a_bad_text_file_with_a_sentence(tmp_path, capsys):
-    from bench.quality import main
+    from bench.speed.quality import main
     with pytest.raises(SystemExit) as exit_info:
         main(["--text", str(tmp_path / "missing.txt")])
     assert exit_info.value.code == 2 and "cannot read --text" in capsys.readouterr().err
@@ -43,7 +43,7 @@ def test_quality_refuses_a_bad_text_file_with_a_sentence(tmp_path, capsys):
 def test_quality_runs_llamas_own_perplexity_on_the_same_chunks(capsys, tmp_path, llama_perplexity_binary):
     import json
 
-    from bench.quality import main
+    from bench.speed.quality import main
     out = tmp_path / "q.json"
     assert main(["--model", SMOL, "--precisions", "int4", "--ctx", "64", "--chunks", "3", "--llama-perplexity",
                  "--json", str(out)]) == 0
@@ -57,7 +57,7 @@ def test_quality_runs_llamas_own_perplexity_on_the_same_chunks(capsys, tmp_path,
 def test_forward_costs_table_for_each_precision(capsys, tmp_path, role):
     import json
 
-    from bench.forward import main
+    from bench.speed.forward import main
     out = tmp_path / "f.json"
     main(["--models", SMOL, "--precisions", "int4,int8-weight", "--tokens", "1,2", "--repeats", "1",
           "--context", "600", "--role", role, "--attention", "eager,sdpa", "--json", str(out)])

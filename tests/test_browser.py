@@ -420,7 +420,7 @@ def test_experiments_grid_shows_rows_curves_and_downloads_the_csv(page, tmp_path
         page.click("#exp-csv")
     rows = download.value.path().read_text().splitlines()
     assert len(rows) == 1 + 4 and rows[0].startswith("cell,prompt_set,k,temperature")
-    assert all("python -m bench.speed" in row for row in rows[1:])
+    assert all("python -m bench.speed.modes" in row for row in rows[1:])
     with page.expect_download() as download:
         page.click("#exp-html")
     report = tmp_path / "report.html"

@@ -1,7 +1,7 @@
 """The scale bench's parts on a real Redis 8: exactness against the exact scan, and a resumable fill."""
 import pytest
 
-from bench.cache_scale import BATCH, SCOPE, fill, measure_exactness
+from bench.cache.scale import BATCH, SCOPE, fill, measure_exactness
 from engine.cache.semantic_cache import entry_key
 from tests.test_semantic_cache import PrefixBlindEmbedder
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import BitsAndBytesConfig
 
-from bench.forward import default_precisions
+from bench.speed.forward import default_precisions
 from engine.errors import DeviceOutOfMemoryError, InvalidSettingError, MissingDependencyError
 from engine.models import devices
 from engine.models.devices import ModelSize, choose_gpu_precisions
@@ -225,7 +225,7 @@ def test_mac_cpu_without_a_quantized_engine_picks_qnnpack_or_skips_int8_dynamic_
         plan_precisions({"draft": ("unused", "int8-dynamic")}, CPU)
 
 
-# -- bench.forward --------------------------------------------------------------------------------------------------
+# -- bench.speed.forward --------------------------------------------------------------------------------------------------
 def test_bench_forward_defaults_per_device_cuda_mps_cpu(gpu, monkeypatch):
     assert default_precisions(default_device()) == ["bf16", "nf4"]
     gpu.bf16 = False

@@ -7,8 +7,8 @@ import json
 
 from app.baseline import BaselineStore
 from app.context import AppContext
-from app.experiment_report import load_result, report_html
-from app.experiments import FORM, make_experiment_handlers, read_grid, run_doctor, run_experiment, show_saved
+from engine.lab.report.files import load_result, report_html
+from app.tabs.experiments import FORM, make_experiment_handlers, read_grid, run_doctor, run_experiment, show_saved
 from engine.lab.grid import OWN
 from engine.lab.results import DoctorReport, LabUpdate, PromptRun, cell_row
 from engine.speed.costmodel import StepCosts, break_even_alpha
@@ -74,7 +74,7 @@ def test_a_grid_streams_rows_and_saves_escaped_files(tmp_path):
     with open(last["exp_csv"]["value"]) as f:
         table = list(csv.DictReader(f))
     assert len(table) == 8 and table[0]["command"].startswith(
-        "python -m bench.speed --prompts experiment.json --prompt-set code")
+        "python -m bench.speed.modes --prompts experiment.json --prompt-set code")
     report = open(last["exp_html"]["value"]).read()
     assert "<script" not in report.replace(SCRIPT, "") and "&lt;script&gt;" in report  # the own prompt, escaped
     assert "http" not in report.replace('xmlns="http://www.w3.org/2000/svg"', "")  # nothing to fetch

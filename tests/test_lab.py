@@ -133,7 +133,7 @@ def test_the_pair_doctor_reports_the_pair(engine):
 
 
 def test_a_saved_run_reloads_and_renders_the_report_again(engine, tmp_path):
-    from app.experiment_report import load_result, report_html, save_result
+    from engine.lab.report.files import load_result, report_html, save_result
 
     grid = ExperimentGrid(ks=(2, 6), temperatures=(0.0, 1.0), **GRID)
     result = run(engine, grid)[-1].result
@@ -144,14 +144,14 @@ def test_a_saved_run_reloads_and_renders_the_report_again(engine, tmp_path):
     assert html.count('class="predicted-curve"') == 2 and html.count('class="measured-point"') == 2
     assert html.count("<tr>") == 1 + 4
     command = rows[0]["command"] if (rows := again["rows"]) else ""
-    assert "python -m bench.speed --prompts experiment.json --prompt-set own" in command and command in html
+    assert "python -m bench.speed.modes --prompts experiment.json --prompt-set own" in command and command in html
 
 
 def test_a_cells_command_reads_its_prompts_from_the_saved_json(tmp_path):
     import shlex
 
-    from app.experiment_report import save_result
-    from bench.speed import read_prompts
+    from engine.lab.report.files import save_result
+    from bench.speed.modes import read_prompts
 
     grid = ExperimentGrid(ks=(2,), **GRID)
     paths = save_result({"version": 1, "created": "now", "grid": grid.to_dict(), "rows": [],
@@ -161,7 +161,7 @@ def test_a_cells_command_reads_its_prompts_from_the_saved_json(tmp_path):
     assert args[args.index("--prompts") + 1] == paths["json"].name
     prompts = read_prompts(str(paths["json"]), args[args.index("--prompt-set") + 1])
     assert [p["prompt"] for p in prompts] == list(GRID["prompts"])
-    with pytest.raises(ValueError, match="--prompt-set"):  # bench.speed turns it into exit 2 with this line
+    with pytest.raises(ValueError, match="--prompt-set"):  # bench.speed.modes turns it into exit 2 with this line
         read_prompts(str(paths["json"]), "code")
 
 
@@ -180,7 +180,7 @@ def test_a_real_pair_reruns_to_the_same_tokens_and_accept_counts(real_models):
 
 
 def test_auto_precisions_show_what_they_resolved_to():
-    from app.experiment_view import cell_text
+    from engine.lab.report.views import cell_text
 
     row = {"draft_precision": "auto", "draft_precision_used": "int8-dynamic", "target_precision": "bf16",
            "target_precision_used": "bf16"}

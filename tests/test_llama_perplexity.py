@@ -1,4 +1,4 @@
-"""llama.cpp's llama-perplexity on the SmolLM2 GGUF (bench/llama_perplexity.py). Skips without the binary,
+"""llama.cpp's llama-perplexity on the SmolLM2 GGUF (bench/peer/perplexity.py). Skips without the binary,
 unless SPECLENS_REQUIRE_PEER=1 (tests/conftest.py)."""
 import codecs
 import random
@@ -6,8 +6,8 @@ import this  # the Zen of Python, rot13-encoded in the standard library
 
 import pytest
 
-from bench.llama_perplexity import llama_perplexity, parse_perplexity
-from bench.peer import PeerError
+from bench.peer.perplexity import llama_perplexity, parse_perplexity
+from bench.peer.server import PeerError
 from engine.models.catalog import model_gguf
 
 SMOL = "smollm2-135m-instruct"

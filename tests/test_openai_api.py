@@ -12,8 +12,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from app.context import AppContext
-from app.openai_api import add_openai_routes
-from app.openai_format import OPENAI_TEMPERATURE, Release
+from app.api.openai_routes import add_openai_routes
+from app.api.openai_format import OPENAI_TEMPERATURE, Release
 from engine.config import DEFAULT_CACHE, DEFAULT_SAMPLING, DEFAULT_SPEC, SamplingConfig
 from engine.errors import EmptyPromptError
 from engine.events import CacheEvent, DoneEvent, StatsEvent, TokenEvent
@@ -203,7 +203,7 @@ def test_the_key_is_checked_before_the_request_is_read():
 def _server_with_ui(api_key=None):
     """The real server (create_server): the /v1 routes with a Gradio UI mounted at "/" behind them."""
     import gradio as gr
-    from app.openai_api import create_server
+    from app.api.openai_routes import create_server
 
     engine = FakeEngine()
     with gr.Blocks() as demo:

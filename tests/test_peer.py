@@ -9,8 +9,8 @@ import urllib.request
 
 import pytest
 
-from bench.peer import ServerConfig, find_llama_server, server_command
-from bench.peer_modes import PEER_MODES, peer_config, start_peers
+from bench.peer.server import ServerConfig, find_llama_server, server_command
+from bench.peer.modes import PEER_MODES, peer_config, start_peers
 
 SMOL = "smollm2-135m-instruct"
 
@@ -63,7 +63,7 @@ def smol_engine(real_models):
 def test_peer_mode_runs_in_the_bench_against_a_real_llama_server(mode, llama_server_binary, smol_engine, capsys):
     """The bench's own path: start_peers builds the command line, the real binary accepts it and answers the
     same prompt token ids, run_bench times it beside our target."""
-    from bench.speed import run_bench
+    from bench.speed.modes import run_bench
     from engine.config import SpecConfig
 
     modes = ["target", mode]
@@ -85,7 +85,7 @@ def test_peer_mode_runs_in_the_bench_against_a_real_llama_server(mode, llama_ser
 @pytest.mark.real
 def test_each_peer_mode_turns_on_the_speculative_decoding_it_names_in_the_real_server(llama_server_binary):
     """The real binary accepts each mode's command line, and its /slots report says whether it speculates."""
-    from bench.peer import LlamaServer
+    from bench.peer.server import LlamaServer
     from engine.models.catalog import model_gguf
 
     gguf = model_gguf(SMOL)

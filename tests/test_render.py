@@ -10,16 +10,16 @@ import gradio as gr
 import pytest
 
 from app.baseline import BaselineStore, baseline_key, get_or_measure
-from app.cache_panel import cache_summary_html, cache_view, entries_frame, make_cache_handlers
-from app.chat import make_handlers, stream_answer
+from app.tabs.cache import cache_summary_html, cache_view, entries_frame, make_cache_handlers
+from app.tabs.chat import make_handlers, stream_answer
 from app.components import create_cache_controls
 from app.context import AppContext
-from app.pair import pair_status_html
-from app.race import race_summary
-from app.render import (error_html, error_message, legend_html, render_answer, render_cache_note, render_token,
+from app.tabs.pair import pair_status_html
+from app.tabs.race import race_summary
+from app.views.render import (error_html, error_message, legend_html, render_answer, render_cache_note, render_token,
                         render_user, token_title)
 from app.settings import UISettings, cache_config, sampling_config, spec_config
-from app.stats_view import (acceptance_frame, format_stats, render_stats, speedup, speedup_frame,
+from app.views.stats import (acceptance_frame, format_stats, render_stats, speedup, speedup_frame,
                             theoretical_speedup)
 from engine.speed.costmodel import StepCosts
 from app.turn import Turn, trace_document
@@ -353,7 +353,7 @@ def test_defaults_are_the_engine_configs():
     s = UISettings()
     assert sampling_config(s) == SamplingConfig(seed=None) == DEFAULT_SAMPLING
     assert spec_config(s) == DEFAULT_SPEC and cache_config(s) == DEFAULT_CACHE
-    from app.api import make_chat_api
+    from app.api.gradio_chat import make_chat_api
     params = inspect.signature(make_chat_api(AppContext(FakeEngine([])))).parameters
     assert params["max_new_tokens"].default == DEFAULT_SAMPLING.max_new_tokens
     assert params["temperature"].default == DEFAULT_SAMPLING.temperature and params["k"].default == DEFAULT_SPEC.k
@@ -468,7 +468,7 @@ def test_stop_decides_from_the_running_generation_not_the_html(tmp_path):
 _BUILD_UI_WITHOUT_ENGINE = """
 import sys
 import launch
-import app.openai_api, app.markdown_view, bench.render, app.divergence_view
+import app.api.openai_routes, app.views.markdown, bench.speed.render, app.views.divergence
 from app.context import AppContext
 from app.ui import build_demo
 from engine.errors import NoPairError
@@ -518,7 +518,7 @@ def test_closing_the_chat_stream_cancels_the_engine(tmp_path):
 
 
 def test_closing_an_api_request_cancels_the_engine(tmp_path):
-    from app.api import make_chat_api
+    from app.api.gradio_chat import make_chat_api
     ctx = AppContext(FakeEngine([CacheEvent("miss"), tok("a"), stats(), tok("b"), stats(), done()]),
                      BaselineStore(tmp_path / "b.json"))
     answer = make_chat_api(ctx)("hi")
@@ -540,7 +540,7 @@ def test_baselines_stay_in_memory_when_the_file_cannot_be_written(tmp_path):
 
 
 def test_meter_says_served_from_cache_instead_of_a_speed_ratio():
-    from app.stats_view import render_stats
+    from app.views.stats import render_stats
     from engine.events import CacheEvent
     stats = StatsEvent(0, 40, 0, 0, 0.001, 0)
     html = render_stats(stats, CacheEvent("exact", "q", 1.0), {"tokens_per_s": 7.0, "how": "x"})
@@ -548,7 +548,7 @@ def test_meter_says_served_from_cache_instead_of_a_speed_ratio():
 
 
 def test_a_cache_that_could_not_be_used_shows_an_escaped_warning():
-    from app.render import render_cache_note
+    from app.views.render import render_cache_note
     from engine.events import CacheEvent
 
     note = render_cache_note(CacheEvent("miss", reason="cache unavailable: <b>Redis</b> at redis://:***@h:1/0"))
@@ -557,8 +557,8 @@ def test_a_cache_that_could_not_be_used_shows_an_escaped_warning():
 
 
 # -- Markdown view ------------------------------------------------------------------------------------------------
-from app.divergence_view import divergence_html, divergence_text, proof_html  # noqa: E402
-from app.markdown_view import SourceText, render_markdown  # noqa: E402
+from app.views.divergence import divergence_html, divergence_text, proof_html  # noqa: E402
+from app.views.markdown import SourceText, render_markdown  # noqa: E402
 
 
 def toks(*pieces, kinds=("accepted", "corrected", "bonus", "target")):
@@ -651,12 +651,12 @@ def test_answer_holds_both_views_and_the_raw_view_is_unchanged():
     html = turn.html()
     assert '<div class="md-view"><p><strong>' in html and '<div class="raw-view">' in html
     assert html.count('class="tokstream') == 1
-    from app.render import render_tokens
+    from app.views.render import render_tokens
     assert f'<div class="raw-view">{render_tokens(toks("**x**", " y"))}</div>' in html
 
 
 def test_render_bench_reports_milliseconds():
-    from bench.render import synthetic_tokens, time_updates
+    from bench.speed.render import synthetic_tokens, time_updates
     tokens = synthetic_tokens(60)
     assert len(tokens) == 60 and "```python" in "".join(t.text for t in tokens)
     assert len(time_updates(tokens, every=20)) == 3
@@ -719,7 +719,7 @@ class RaceEngine(FakeEngine):
 
 
 def test_race_explains_the_divergence_and_proves_it(tmp_path):
-    from app.race import prove_race, run_race
+    from app.tabs.race import prove_race, run_race
     elems = {n: n for n in ("error_box", "race_summary", "race_target", "race_spec", "race_prove", "race_proof",
                             "race_trace")}
     engine = RaceEngine([CacheEvent("off"), tok("a"), tok("c", "corrected"), stats(), done((1, 3))])
@@ -740,7 +740,7 @@ def test_prove_it_is_not_offered_where_the_precision_has_no_ties(tmp_path):
     """An int4 target on the CPU is batch-invariant: a divergence there cannot be a tie, fp32 cannot settle it."""
     from dataclasses import replace
 
-    from app.race import run_race
+    from app.tabs.race import run_race
 
     class InvariantRaceEngine(RaceEngine):
         def info(self):

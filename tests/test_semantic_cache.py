@@ -247,7 +247,7 @@ def test_lookup_over_10000_entries(tmp_path):
     for i in range(10_000):
         _store(cache, f"entry {i}", answer=f"answer {i}")
     assert len(cache) == 10_000
-    hit = cache.lookup("please entry 4242", SCOPE)  # timings: python -m bench.cache_eval --latency
+    hit = cache.lookup("please entry 4242", SCOPE)  # timings: python -m bench.cache.evaluate --latency
     assert hit.outcome == "verified" and hit.answer == "answer 4242" and hit.similarity == pytest.approx(1.0)
     assert cache.lookup("something else entirely", SCOPE).outcome == "miss"
     reopened = SemanticCache(tmp_path / "c", PrefixBlindEmbedder(384))

@@ -7,7 +7,7 @@
   holds no embeddings. HNSW and int8 are approximate, so it asks for :data:`SERVER_COUNT` neighbours with
   exploration factor :data:`SERVER_EF`, and the candidates that could reach the threshold are re-scored
   exactly with the float32 embeddings of their records: the guards and the judge see the similarities an
-  exact search gives (bench/cache_eval.py ``--exactness`` measures that the outcomes are the same).
+  exact search gives (bench/cache/evaluate.py ``--exactness`` measures that the outcomes are the same).
 
 :func:`index_for` picks one for a store.
 """

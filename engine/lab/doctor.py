@@ -13,7 +13,7 @@ import torch
 from engine.config import PRECISIONS, SamplingConfig
 from engine.lab.grid import PROMPT_SETS, Cell
 from engine.lab.results import DoctorReport
-from engine.lab.runner import run_speculative
+from engine.lab.experiment import run_speculative
 from engine.models.calibrate import forward_costs
 from engine.models.loading import LoadedModel
 from engine.models.prompt import encode_chat

@@ -196,10 +196,10 @@ class ExperimentGrid:
 
 
 def bench_command(grid: ExperimentGrid, cell: Cell, saved_json: str = "experiment.json") -> str:
-    """The ``python -m bench.speed`` line that measures this cell again (target-only and this cell's spec), reading
+    """The ``python -m bench.speed.modes`` line that measures this cell again (target-only and this cell's spec), reading
     the cell's prompts from the run's saved JSON."""
     k = "auto" if cell.k == ADAPTIVE else str(cell.k)
-    args = ["python", "-m", "bench.speed", "--prompts", saved_json, "--prompt-set", cell.prompt_set,
+    args = ["python", "-m", "bench.speed.modes", "--prompts", saved_json, "--prompt-set", cell.prompt_set,
             "--target", grid.target, "--draft", cell.draft, "--dtype", cell.target_precision, "--draft-dtype",
             cell.draft_precision, "--modes", "target,spec", "--proposer", cell.proposer, "--k", k, "--temperature",
             f"{cell.temperature:g}", "--seed", str(grid.seed), "--max-new-tokens", str(grid.max_new_tokens)]

@@ -1,4 +1,4 @@
-"""Forward costs measured on the loaded models: the table behind ``python -m bench.forward`` and the
+"""Forward costs measured on the loaded models: the table behind ``python -m bench.speed.forward`` and the
 cost model's starting point, measured once when a pair loads."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""How long one streaming update of the answer HTML takes: ``python -m bench.render [--tokens 500]``.
+"""How long one streaming update of the answer HTML takes: ``python -m bench.speed.render [--tokens 500]``.
 
 A synthetic answer (prose, a list, a fenced Python block) is cut into tokens of 1-6 characters with mixed
 kinds; the answer is re-rendered (both views, as the chat does once per speculation step) every ``--every``
@@ -46,7 +46,7 @@ def time_updates(tokens: list[TokenEvent], every: int) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.render", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.speed.render", description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=500)
     parser.add_argument("--every", type=int, default=3, help="tokens per update (about one speculation step)")
     args = parser.parse_args(argv)

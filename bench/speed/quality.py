@@ -1,6 +1,6 @@
 """What a precision costs in quality: teacher-forced top-1 agreement with bf16 and the perplexity ratio.
 
-python -m bench.quality [--model NAME] [--precisions bf16,int4,int8-weight] [--ctx 512] [--chunks 8]
+python -m bench.speed.quality [--model NAME] [--precisions bf16,int4,int8-weight] [--ctx 512] [--chunks 8]
                         [--text FILE] [--llama-perplexity] [--json OUT]
 
 The text is the source of Python's own ``textwrap`` module (4,400 tokens: the same on every machine with this
@@ -85,7 +85,7 @@ def format_rows(rows: list[Quality], peer: float | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.quality", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.speed.quality", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_TARGET)
     parser.add_argument("--precisions", default="bf16,int4,int8-weight")
     parser.add_argument("--ctx", type=int, default=512, help="tokens per chunk (llama-perplexity's -c)")
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = measure(args.model, [p.strip() for p in args.precisions.split(",")], text, args.ctx, args.chunks)
     peer = None
     if args.llama_perplexity:  # llama.cpp scores every whole chunk of the text: give it the chunks scored here
-        from bench.llama_perplexity import llama_perplexity
+        from bench.peer.perplexity import llama_perplexity
         with tempfile.TemporaryDirectory() as tmp:
             text_file = Path(tmp) / "text.txt"
             ids = load_tokenizer(args.model)(text, add_special_tokens=False)["input_ids"]

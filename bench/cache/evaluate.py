@@ -1,15 +1,15 @@
 """Evaluate the semantic cache on labelled prompt pairs, and measure its lookup latency.
 
-    python -m bench.cache_eval --pairs FILE.jsonl [--json OUT] [--threshold X] [--cache-url URL] [--judge MODEL]
-    python -m bench.cache_eval --latency [--entries 10000] [--cache-url URL]
-    python -m bench.cache_eval --exactness --pairs FILE.jsonl --cache-url URL [--distractors N] [--ef 50,200]
+    python -m bench.cache.evaluate --pairs FILE.jsonl [--json OUT] [--threshold X] [--cache-url URL] [--judge MODEL]
+    python -m bench.cache.evaluate --latency [--entries 10000] [--cache-url URL]
+    python -m bench.cache.evaluate --exactness --pairs FILE.jsonl --cache-url URL [--distractors N] [--ef 50,200]
 
 FILE.jsonl holds {"a": ..., "b": ..., "same": bool} per line. For each pair a fresh cache stores ``a`` and
 looks up ``b`` in ``direct`` mode. "Served" means answered without verification (exact or cached); the
 raw-cosine columns show what serving every hit above the threshold would give. ``--cache-url`` runs the
 same evaluation on a Redis store (one throw-away namespace per pair, cleared afterwards); ``--judge`` loads a
 model (e.g. qwen2.5-coder-0.5b-instruct) as the paraphrase judge and reports its latency per judged hit.
-``--latency`` and ``--exactness``: see :mod:`bench.cache_scale`.
+``--latency`` and ``--exactness``: see :mod:`bench.cache.scale`.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from tqdm import tqdm
 from bench.cli import arguments_checked, read_jsonl, whole_number_at_least
 from engine.config import CacheConfig, SamplingConfig
 from engine.cache.backends import StoreUnavailable, is_url, open_store
-from bench.cache_scale import format_exactness, format_latency, measure_exactness, measure_latency
+from bench.cache.scale import format_exactness, format_latency, measure_exactness, measure_latency
 from engine.cache.embedder import load_default_embedder, normalise_rows
 from engine.cache.records import mask_url
 from engine.cache.semantic_cache import DEFAULT_THRESHOLD, OUTCOMES, SemanticCache, make_scope
@@ -182,7 +182,7 @@ def check_cache_url(url: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m bench.cache_eval", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.cache.evaluate", description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", help="JSONL file(s) of {a, b, same}, comma-separated")
     parser.add_argument("--json", help="write the full report here")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)

@@ -8,9 +8,9 @@ import tempfile
 import gradio as gr
 
 from app.context import AppContext, session_id
-from app.experiment_report import load_result, save_result
-from app.experiment_view import acceptance_chart, doctor_html, progress_html, speedup_chart, table_frame
-from app.render import error_html, error_message
+from engine.lab.report.files import load_result, save_result
+from engine.lab.report.views import acceptance_chart, doctor_html, progress_html, speedup_chart, table_frame
+from app.views.render import error_html, error_message
 from engine.config import PRECISIONS
 from engine.errors import EngineError, InvalidSettingError
 from engine.lab.grid import (LAB_PROPOSERS, OWN, PROMPT_SETS, ExperimentGrid, own_prompts, parse_ks, parse_names,

@@ -8,7 +8,7 @@ from html import escape
 
 import pandas as pd
 
-from app.svg_chart import PALETTE, Series, legend, line_chart
+from engine.lab.report.svg_chart import PALETTE, Series, legend, line_chart
 from engine.lab.results import COLUMNS
 from engine.speed.costmodel import StepCosts
 

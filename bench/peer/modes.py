@@ -1,4 +1,4 @@
-"""The bench's llama.cpp modes: one llama-server (bench.peer) per mode, asked for the same prompt tokens."""
+"""The bench's llama.cpp modes: one llama-server (bench.peer.server) per mode, asked for the same prompt tokens."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -6,7 +6,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from engine.models.catalog import model_gguf
-from bench.peer import INSTALL_HINT, LlamaServer, ServerConfig, find_llama_server
+from bench.peer.server import INSTALL_HINT, LlamaServer, ServerConfig, find_llama_server
 
 # mode -> llama-server's --spec-type: plain, the draft GGUF (draft-simple), n-gram lookup in the context (ngram-mod)
 PEER_MODES: dict[str, str | None] = {"llama-cpp": None, "llama-cpp-spec": "draft-simple",

@@ -105,7 +105,7 @@ def render_answer(tokens: list[TokenEvent], cache: CacheEvent | None = None, fin
                   streaming: bool = False, markdown_html: str | None = None) -> str:
     """The assistant message: cache note, coloured tokens, and why it stopped.
 
-    With ``markdown_html`` (app.markdown_view) the message holds both views, the rendered Markdown and the raw
+    With ``markdown_html`` (app.views.markdown) the message holds both views, the rendered Markdown and the raw
     tokens; CSS shows one of them (the "view-tokens" class on the chat switches to the raw tokens)."""
     wait = '<span class="tok-wait">…</span>'
     body = render_tokens(tokens) or wait

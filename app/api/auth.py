@@ -14,7 +14,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.openai_format import error_body
+from app.api.openai_format import error_body
 
 API_PREFIX = "/v1"
 

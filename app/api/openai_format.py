@@ -1,6 +1,6 @@
 """The OpenAI chat-completions wire format: request model, stop strings, response and chunk bodies, errors.
 
-Pure functions and small classes; app/openai_api.py wires them to the engine. Extensions beyond OpenAI's
+Pure functions and small classes; app/api/openai_routes.py wires them to the engine. Extensions beyond OpenAI's
 format: ``choices[0].speculation`` (one entry per token: kind, text, p_target, q_draft, token_id), the
 acceptance numbers in ``usage`` and the cache outcome in ``x_cache``.
 """

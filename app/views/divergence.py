@@ -5,7 +5,7 @@ needs no torch. Every piece of model text is escaped.
 """
 from __future__ import annotations
 
-from app.render import esc
+from app.views.render import esc
 
 
 def _get(obj, name: str):

@@ -17,7 +17,7 @@ from pygments.lexers import get_lexer_by_name
 from pygments.token import STANDARD_TYPES
 from pygments.util import ClassNotFound
 
-from app.render import esc, esc_text, ghost_html, kind_class, token_title
+from app.views.render import esc, esc_text, ghost_html, kind_class, token_title
 from engine.events import TokenEvent
 
 MD = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])

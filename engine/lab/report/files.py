@@ -9,7 +9,7 @@ import json
 from html import escape
 from pathlib import Path
 
-from app.experiment_view import HEADERS, TABLE_COLUMNS, acceptance_chart, cell_text, doctor_html, speedup_chart
+from engine.lab.report.views import HEADERS, TABLE_COLUMNS, acceptance_chart, cell_text, doctor_html, speedup_chart
 from engine.errors import InvalidSettingError
 from engine.lab.grid import ExperimentGrid
 from engine.lab.results import COLUMNS, RESULT_VERSION

@@ -1,6 +1,6 @@
 """Time outside the model forwards: what Python, sampling, verification and detokenising add to each step.
 
-python -m bench.overhead [--target NAME] [--draft NAME] [--dtype auto] [--draft-dtype auto]
+python -m bench.speed.overhead [--target NAME] [--draft NAME] [--dtype auto] [--draft-dtype auto]
                          [--modes target,default] [--max-new-tokens 64] [--prompts FILE.jsonl]
 
 Forward hooks on both models time every forward (from the call to its logits); the rest of each generation's
@@ -77,7 +77,7 @@ def measure(engine: ChatEngine, prompts: list[str], modes: list[str], max_new_to
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.speed.overhead", description=__doc__.splitlines()[0])
     parser.add_argument("--target", default=DEFAULT_TARGET)
     parser.add_argument("--draft", default=DEFAULT_DRAFT)
     parser.add_argument("--dtype", default="auto")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from app.render import CACHE_LABELS, esc
+from app.views.render import CACHE_LABELS, esc
 from engine.events import CacheEvent, StatsEvent
 
 SERVED = ("exact", "cached")  # cache outcomes where no model runs

@@ -12,7 +12,7 @@ import gradio as gr
 import pandas as pd
 
 from app import toast
-from app.render import esc
+from app.views.render import esc
 from engine.cache.store import StoreUnavailable
 from engine.surface import CacheEntry, CacheInfo, CacheStats, EngineSurface
 

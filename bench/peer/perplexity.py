@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.peer import INSTALL_HINT, PeerError, find_llama_binary
+from bench.peer.server import INSTALL_HINT, PeerError, find_llama_binary
 
 FINAL_ESTIMATE = re.compile(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)")
 CHUNKS = re.compile(r"calculating perplexity over (\d+) chunks")

@@ -5,8 +5,8 @@ import gradio as gr
 
 from app import toast
 from app.context import AppContext
-from app.render import error_html, error_message, esc
-from app.stats_view import render_stats
+from app.views.render import error_html, error_message, esc
+from app.views.stats import render_stats
 from engine.config import AUTO
 from engine.errors import EngineError
 

@@ -1,9 +1,9 @@
 """Experiment CLI: the Experiments tab's grid without the browser; writes the JSON, CSV and HTML report.
 
-python -m bench.experiment --sets code,prose --ks 2,4,8 --temperatures 0,0.7,1 [--proposers draft]
+python -m bench.speed.experiment --sets code,prose --ks 2,4,8 --temperatures 0,0.7,1 [--proposers draft]
                            [--target NAME] [--draft NAME] [--dtype auto] [--draft-dtype auto]
                            [--prompts-per-set 2] [--max-new-tokens 48] [--seed 0] [--doctor] --out DIR
-python -m bench.experiment --rerun DIR/experiment.json --out DIR2   # the same grid again, compared
+python -m bench.speed.experiment --rerun DIR/experiment.json --out DIR2   # the same grid again, compared
 
 Ctrl-C (or SIGTERM) stops the run like the tab's Stop button and still saves the finished cells.
 A rerun says whether the token ids (greedy cells) and accept counts (seeded sampling, fixed k) match the saved run.
@@ -17,7 +17,7 @@ import threading
 
 from tqdm.auto import tqdm
 
-from app.experiment_report import load_result, save_result
+from engine.lab.report.files import load_result, save_result
 from engine.chat_engine import ChatEngine
 from engine.errors import EngineError
 from engine.lab.grid import ADAPTIVE, ExperimentGrid, parse_ks, parse_names, parse_temperatures
@@ -89,7 +89,7 @@ def run(engine: ChatEngine, grid: ExperimentGrid, doctor: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.experiment", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.speed.experiment", description=__doc__.splitlines()[0])
     parser.add_argument("--sets", default="code,prose", help="built-in prompt sets: code, edit, prose, math, "
                                                              "low-acceptance")
     parser.add_argument("--ks", default="2,4,8", help="draft lengths, and/or 'adaptive'")

@@ -6,11 +6,11 @@ import contextlib
 import gradio as gr
 
 from app import toast
-from app.chat import export_trace_file
+from app.tabs.chat import export_trace_file
 from app.components import read_settings
 from app.context import AppContext, session_id
-from app.divergence_view import divergence_html, proof_html
-from app.render import error_html, error_message
+from app.views.divergence import divergence_html, proof_html
+from app.views.render import error_html, error_message
 from app.settings import UISettings, sampling_config, spec_config
 from app.turn import Turn, trace_document
 from engine.config import CACHE_OFF

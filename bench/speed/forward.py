@@ -1,6 +1,6 @@
 """Forward cost per precision: seconds for one forward of n new tokens after a fixed context, per model.
 
-python -m bench.forward [--models NAME,NAME] [--precisions bf16,int8-dynamic] [--tokens 1,2,4,8,16]
+python -m bench.speed.forward [--models NAME,NAME] [--precisions bf16,int8-dynamic] [--tokens 1,2,4,8,16]
                                [--context 100] [--repeats 3] [--json OUT]
 
 The default precisions follow the device the models load on (DEFAULT_PRECISIONS): the CPU's candidates on a CPU,
@@ -78,7 +78,7 @@ def format_rows(rows: list[dict], tokens: list[int]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.forward", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.speed.forward", description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=f"{DEFAULT_TARGET},{DEFAULT_DRAFT}")
     parser.add_argument("--precisions", default=None, help="comma-separated (default: per device, see above)")
     parser.add_argument("--tokens", default="1,2,4,8,16", help="numbers of new tokens fed per forward")

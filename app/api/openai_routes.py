@@ -3,7 +3,7 @@
 They go through the same ChatEngine as the browser UI: the same semantic cache, and the same lock that lets
 one decoding step at a time run on the models. ``create_server`` builds the FastAPI app with these routes and
 mounts the Gradio Blocks at "/", so the UI and the API share one host and port; with an API key, both are
-behind it (app/auth.py). A client that leaves stops its generation, streamed or not.
+behind it (app/api/auth.py). A client that leaves stops its generation, streamed or not.
 """
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.auth import API_PREFIX, BearerKeyMiddleware, gradio_login
+from app.api.auth import API_PREFIX, BearerKeyMiddleware, gradio_login
 from app.context import AppContext
-from app.openai_format import (FINISH, OPENAI_TEMPERATURE, ChatCompletionRequest, Release, chunk_body,
+from app.api.openai_format import (FINISH, OPENAI_TEMPERATURE, ChatCompletionRequest, Release, chunk_body,
                                completion_body, engine_messages, error_body, new_id, stop_strings, usage,
                                validation_error_body)
 from engine.config import DEFAULT_CACHE, DEFAULT_SAMPLING, DEFAULT_SPEC, SamplingConfig
@@ -167,7 +167,7 @@ async def stream_completion(ctx: AppContext, req: ChatCompletionRequest):
 
 
 def add_openai_routes(app: FastAPI, ctx: AppContext, api_key: str | None = None) -> FastAPI:
-    """The /v1 routes, behind ``api_key`` when one is given (checked before anything else, app/auth.py)."""
+    """The /v1 routes, behind ``api_key`` when one is given (checked before anything else, app/api/auth.py)."""
     if api_key:
         app.add_middleware(BearerKeyMiddleware, api_key=api_key)
 

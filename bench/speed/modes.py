@@ -1,6 +1,6 @@
 """Benchmark CLI: the modes interleaved per prompt, greedy, in one run; speedups are relative to ``target``.
 
-python -m bench.speed --prompts FILE.jsonl [--target NAME] [--draft NAME] [--k K|auto] [--max-new-tokens N]
+python -m bench.speed.modes --prompts FILE.jsonl [--target NAME] [--draft NAME] [--k K|auto] [--max-new-tokens N]
                        [--modes target,default,llama-cpp,llama-cpp-spec,llama-cpp-ngram] [--dtype auto]
                        [--draft-dtype auto] [--proposer draft] [--temperature 0] [--seed 0] [--llama-server PATH]
                        [--json OUT]
@@ -10,7 +10,7 @@ exported commands measure a cell again). ``--prompts`` may also be a saved exper
 ``--prompt-set NAME``: that set's prompts as the run used them.
 
 Modes ``llama-cpp`` (plain), ``llama-cpp-spec`` (the draft GGUF) and ``llama-cpp-ngram`` (n-gram lookup) run
-llama.cpp's llama-server (bench.peer_modes) on the same GGUF files with the same prompt tokens and threads; they
+llama.cpp's llama-server (bench.peer.modes) on the same GGUF files with the same prompt tokens and threads; they
 are skipped with a message when no llama-server is found.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ from engine.cache.embedder import load_default_embedder
 from engine.cache.semantic_cache import SemanticCache
 from engine.events import final_done
 from bench.cli import arguments_checked, read_jsonl
-from bench.peer_modes import PEER_MODES, start_peers
+from bench.peer.modes import PEER_MODES, start_peers
 from engine.chat_engine import ChatEngine
 
 WARMUP_PROMPT = "Say hello."
@@ -229,7 +229,7 @@ def _number(text: str) -> int | str:
 
 
 def read_prompts(path: str, prompt_set: str | None) -> list[dict]:
-    """A JSONL of {id, kind, prompt}, or one prompt set of a saved experiment (bench.experiment, the app)."""
+    """A JSONL of {id, kind, prompt}, or one prompt set of a saved experiment (bench.speed.experiment, the app)."""
     if not path.endswith(".json"):
         return read_jsonl(path, ("id", "prompt"))
     with open(path) as f:
@@ -240,7 +240,7 @@ def read_prompts(path: str, prompt_set: str | None) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.speed", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.speed.modes", description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", required=True, help="JSONL with {id, kind, prompt} per line, or a saved "
                                                          "experiment's JSON with --prompt-set")
     parser.add_argument("--prompt-set", help="with an experiment JSON as --prompts: which of its prompt sets")

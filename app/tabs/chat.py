@@ -12,9 +12,9 @@ import gradio as gr
 from app import toast
 from app.components import read_settings
 from app.context import AppContext, session_id
-from app.render import error_html, error_message, info_html, render_user
+from app.views.render import error_html, error_message, info_html, render_user
 from app.settings import UISettings, cache_config, sampling_config, spec_config
-from app.stats_view import acceptance_frame, render_stats, speedup_frame
+from app.views.stats import acceptance_frame, render_stats, speedup_frame
 from app.turn import Turn, trace_document, write_trace
 from engine.errors import EngineError
 

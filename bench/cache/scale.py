@@ -1,6 +1,6 @@
 """The semantic cache at scale: lookup latency and memory over N synthetic entries, and whether the server-side
 search (Redis 8 vector sets: HNSW, int8) gives the outcomes of the exact in-memory scan. Run through
-``python -m bench.cache_eval --latency`` / ``--exactness``.
+``python -m bench.cache.evaluate --latency`` / ``--exactness``.
 
 Latency: the store is filled with N records (384-d unit vectors like MiniLM's; through a pipeline in
 batches for Redis); a fresh process then opens a cache instance and times lookups. That instance's RSS is
@@ -25,7 +25,7 @@ from engine.cache.semantic_cache import SemanticCache, entry_key, make_scope
 from engine.config import SamplingConfig
 
 DIM = 384
-SCOPE = make_scope("eval-target", "bf16", SamplingConfig(), "", [])  # as bench.cache_eval's
+SCOPE = make_scope("eval-target", "bf16", SamplingConfig(), "", [])  # as bench.cache.evaluate's
 BATCH = 200  # entries per pipeline
 
 

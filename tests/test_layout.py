@@ -153,3 +153,53 @@ def test_a_non_editable_install_ships_every_module(tmp_path):
     result = subprocess.run([sys.executable, "-c", _IMPORT_ALL, str(site), *modules], cwd=tmp_path, env=env,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+# -- sizes a newcomer can read: a file on a few screens, a function on one, a thin facade ---------------------
+MAX_FILE_LINES = 300
+MAX_FUNCTION_LINES = 50
+MAX_CHAT_ENGINE_LINES = 120
+
+
+def source_files() -> list[Path]:
+    """Every Python file outside tests/ that the project ships or runs (engine, app, bench, scripts, launch.py)."""
+    return sorted([*(p for top in (*SOURCES, "scripts") for p in (REPO / top).rglob("*.py")), REPO / "launch.py"])
+
+
+def long_functions(path: Path, limit: int, root: Path = REPO) -> list[str]:
+    """``file:line name (n lines)`` for each function or method in ``path`` longer than ``limit`` lines, its
+    decorators and docstring included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            n = node.end_lineno - start + 1
+            if n > limit:
+                found.append(f"{path.relative_to(root)}:{start} {node.name} ({n} lines)")
+    return found
+
+
+def test_the_size_checks_see_a_long_function(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(60))
+    (tmp_path / "m.py").write_text(f"def short():\n    return 1\n\n\ndef long():\n{body}\n")
+    assert long_functions(tmp_path / "m.py", MAX_FUNCTION_LINES, root=tmp_path) == ["m.py:5 long (61 lines)"]
+
+
+def test_no_file_over_300_lines_outside_tests():
+    big = [f"{p.relative_to(REPO)} ({n})" for p in source_files()
+           if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES]
+    assert big == []
+
+
+def test_no_function_over_50_lines_outside_tests():
+    assert [f for p in source_files() for f in long_functions(p, MAX_FUNCTION_LINES)] == []
+
+
+def test_chat_engine_is_a_thin_facade():
+    tree = ast.parse((REPO / "engine" / "chat_engine.py").read_text())
+    engine = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ChatEngine")
+    assert engine.end_lineno - engine.lineno + 1 <= MAX_CHAT_ENGINE_LINES
+
+
+def test_the_readme_is_a_tour():
+    assert len((REPO / "README.md").read_text().splitlines()) <= 350

@@ -55,6 +55,11 @@ def _table(rows: list[dict]) -> str:
     return f'<table class="lab-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
+def _one_line(css: str) -> str:
+    """The stylesheet on one line: a report is a file to open, not to read as source."""
+    return " ".join(css.split())
+
+
 def report_html(result: dict) -> str:
     rows, grid, machine = result["rows"], result["grid"], result.get("machine", {})
     commands = "".join(f"<li>{escape(r['cell'])}<br><code>{escape(r['command'])}</code></li>" for r in rows)
@@ -62,7 +67,7 @@ def report_html(result: dict) -> str:
                       for s, ps in result.get("prompts", {}).items())
     stopped = " · <b>stopped before the end</b>" if result.get("stopped") else ""
     return (f'<!doctype html><html><head><meta charset="utf-8"><title>SpecLens experiment {escape(result["created"])}'
-            f"</title><style>{REPORT_CSS}</style></head><body><h1>SpecLens experiment</h1>"
+            f"</title><style>{_one_line(REPORT_CSS)}</style></head><body><h1>SpecLens experiment</h1>"
             f'<p class="meta">{escape(result["created"])} · {len(rows)} cells · {result.get("seconds", 0):.0f} s{stopped}'
             f"<br>target {escape(grid['target'])} · machine: {escape(machine.get('cpu', ''))}, "
             f"{escape(machine.get('kind', ''))}, {machine.get('threads', '?')} threads, torch "

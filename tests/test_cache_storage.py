@@ -13,7 +13,7 @@ import pytest
 
 from engine.cache.backends import open_store
 from engine.cache.disk_store import DiskStore
-from engine.cache.records import mask_url
+from engine.cache.records import CacheRecord, mask_url
 from engine.cache.semantic_cache import SemanticCache, entry_key
 from engine.cache.store import Change, SearchingStore, Store, StoreUnavailable, Token
 from tests.test_semantic_cache import SCOPE, PrefixBlindEmbedder
@@ -33,11 +33,9 @@ class MemoryStore:
         if self.fail is not None:
             raise self.fail
 
-    def get(self, key: str) -> dict | None:
-        from engine.cache.records import decode_record
-
+    def get(self, key: str) -> CacheRecord | None:
         self._check()
-        return decode_record(self._texts[key]) if key in self._texts else None
+        return CacheRecord.from_json(self._texts[key]) if key in self._texts else None
 
     def put(self, key: str, text: str, ttl_s: float | None, after: Token | None) -> Token | None:
         self._check()
@@ -56,7 +54,7 @@ class MemoryStore:
         self._texts.clear()
         self._log.append(("clear", ""))
 
-    def records(self) -> Iterator[tuple[str, dict]]:
+    def records(self) -> Iterator[tuple[str, CacheRecord]]:
         self._check()
         return iter([(k, self.get(k)) for k in list(self._texts)])
 
@@ -221,6 +219,7 @@ def test_a_redis_that_refuses_writes_is_unavailable_and_a_bug_propagates(redis_s
 def test_an_answer_that_no_reader_would_accept_is_not_stored(tmp_path):
     cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder())
     assert cache.store("q", SCOPE, "a", [1, -2], complete=True) is False  # a negative token id
+    assert cache.store("q", SCOPE, "a\udc00", [1], complete=True) is False  # UTF-8 cannot encode it
     assert len(cache) == 0 and cache.problem == ""
     with pytest.raises(ValueError):  # not a token id at all: the caller's bug
         cache.store("q", SCOPE, "a", ["one"], complete=True)

@@ -2,11 +2,9 @@
 import hashlib
 import json
 
-import numpy as np
 import pytest
 
-from engine.cache.embedder import HashEmbedder
-from engine.cache.records import decode_record, encode_record
+from engine.cache.records import CacheRecord
 from engine.cache.redis_store import RedisStore
 from engine.cache.semantic_cache import SemanticCache, entry_key
 from tests.redis_server import RedisServer, wait_until
@@ -91,7 +89,8 @@ def test_scopes_are_not_crossed_through_redis(redis_server, request):
 
 def _plant(server, namespace, text_prompt, overrides):
     key = entry_key(SCOPE, text_prompt)
-    text = encode_record(text_prompt, SCOPE, "answer", [1, 2], PrefixBlindEmbedder().encode([text_prompt])[0], 1.0)
+    text = CacheRecord.new(text_prompt, SCOPE, "answer", [1, 2], PrefixBlindEmbedder().encode([text_prompt])[0],
+                           1.0).to_json()
     rec = {**json.loads(text), **overrides}
     client = server.client()
     client.set(f"{namespace}:e:{key}", rec if isinstance(rec, str) else json.dumps(rec))
@@ -177,10 +176,3 @@ def test_password_is_never_shown(redis_kind):
     finally:
         server.stop()
 
-
-def test_records_are_plain_json_and_round_trip():
-    vec = HashEmbedder(16).encode(["x"])[0]
-    text = encode_record("p", SCOPE, "a", [1, 2], vec, 3.0, {"seconds": 1.5, "junk": object()})
-    rec = decode_record(text)
-    assert json.loads(text)["meta"] == {"seconds": 1.5}
-    assert rec["answer_token_ids"] == [1, 2] and np.array_equal(rec["embedding"], vec)

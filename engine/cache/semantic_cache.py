@@ -33,7 +33,7 @@ from engine.events import CacheEvent
 from engine.cache.backends import open_store
 from engine.cache.disk_store import DEFAULT_SIZE_LIMIT
 from engine.cache.guards import failed_guards, judge_may_overrule
-from engine.cache.records import BadRecord, check_vocab, encode_record
+from engine.cache.records import BadRecord, CacheRecord
 from engine.cache.search import SERVER_EF, Index, check_search, fits, index_for
 from engine.cache.store import Store, StoreUnavailable
 from engine.cache.keys import entry_key, make_scope, normalise_prompt
@@ -146,17 +146,19 @@ class SemanticCache:
     def _embed(self, text: str) -> np.ndarray:
         return normalise_rows(self._embedder.encode([text]))[0]  # (d,)
 
-    def _expired(self, rec: dict) -> bool:
+    def _expired(self, rec: CacheRecord) -> bool:
         """Older than the TTL by our clock (the store's own expiry runs on the real one)."""
-        return self.ttl_s is not None and self._clock() - rec["created"] >= self.ttl_s
+        return self.ttl_s is not None and self._clock() - rec.created >= self.ttl_s
 
-    def _usable(self, key: str, rec: dict | None, scope: str, vocab_size: int | None) -> bool:
-        if rec is None or rec["scope"] != scope or not fits(key, rec, self._dim):
-            return False
-        if self._expired(rec) or not self._trust.believes(key, rec, entry_key(rec["scope"], rec["prompt"])):
+    def _believed(self, key: str, rec: CacheRecord) -> bool:
+        """Live by our clock, and trusted: under its own prompt's key and, with a secret, signed."""
+        return not self._expired(rec) and self._trust.believes(key, rec, entry_key(rec.scope, rec.prompt))
+
+    def _usable(self, key: str, rec: CacheRecord | None, scope: str, vocab_size: int | None) -> bool:
+        if rec is None or rec.scope != scope or not fits(key, rec, self._dim) or not self._believed(key, rec):
             return False
         try:
-            check_vocab(rec, vocab_size)
+            rec.check_vocab(vocab_size)
         except BadRecord as err:
             log.warning("semantic cache: entry %s skipped: %s", key, err)
             return False
@@ -196,9 +198,8 @@ class SemanticCache:
                 continue
             if mode == "verify" or untrusted:
                 return _hit("verified", cand, rec, sim, untrusted)
-            reasons = failed_guards(rec["prompt"], prompt)
-            if reasons and judge is not None and judge_may_overrule(rec["prompt"], prompt) \
-                    and judge(rec["prompt"], prompt):
+            reasons = failed_guards(rec.prompt, prompt)
+            if reasons and judge is not None and judge_may_overrule(rec.prompt, prompt) and judge(rec.prompt, prompt):
                 return _hit("cached", cand, rec, sim, "the paraphrase judge overruled: " + "; ".join(reasons))
             return _hit("verified" if reasons else "cached", cand, rec, sim, "; ".join(reasons))
         return CacheHit("miss")
@@ -212,7 +213,8 @@ class SemanticCache:
             return False
         key, vec = entry_key(scope, prompt), self._embed(prompt)
         try:
-            text = encode_record(prompt, scope, answer, answer_token_ids, vec, self._clock(), meta, self._trust.secret)
+            record = CacheRecord.new(prompt, scope, answer, answer_token_ids, vec, self._clock(), meta)
+            text = (record.signed(self._trust.secret) if self._trust.secret is not None else record).to_json()
         except BadRecord as err:
             log.warning("semantic cache: answer not stored: %s", err)
             return False
@@ -240,9 +242,8 @@ class SemanticCache:
     def entries(self, limit: int = 50) -> list[dict]:
         """Newest first: key, prompt, answer preview, scope, created (unix seconds)."""
         def collect() -> list[dict]:
-            recs = [{"key": k, "prompt": r["prompt"], "answer": r["answer"][:120], "scope": r["scope"],
-                     "created": r["created"]} for k, r in self._store.records()
-                    if not self._expired(r) and self._trust.believes(k, r, entry_key(r["scope"], r["prompt"]))]
+            recs = [{"key": k, "prompt": r.prompt, "answer": r.answer[:120], "scope": r.scope, "created": r.created}
+                    for k, r in self._store.records() if self._believed(k, r)]
             return sorted(recs, key=lambda r: -r["created"])[:limit]
         return self._safely("listing", collect, [])
 
@@ -281,6 +282,7 @@ class SemanticCache:
         self.close()
 
 
-def _hit(outcome: str, key: str, rec: dict, sim: float, reason: str = "", needs_check: bool = False) -> CacheHit:
-    return CacheHit(outcome, key, rec["prompt"], rec["answer"], tuple(rec["answer_token_ids"]), sim, reason,
-                    rec.get("meta") or None, needs_check)
+def _hit(outcome: str, key: str, rec: CacheRecord, sim: float, reason: str = "",
+         needs_check: bool = False) -> CacheHit:
+    return CacheHit(outcome, key, rec.prompt, rec.answer, rec.answer_token_ids, sim, reason,
+                    dict(rec.meta) or None, needs_check)

@@ -95,7 +95,7 @@ def test_planted_file_rows_never_touch_anything_outside_the_cache(tmp_path, when
         for prompt in ("an unrelated prompt", "evil relative", "evil absolute", "evil link", "what is the secret"):
             assert cache.lookup(prompt, SCOPE).outcome == "miss"
         assert cache.lookup("honest question", SCOPE).answer == "honest answer"
-        assert [e["prompt"] for e in cache.entries()] == ["honest question"] and len(cache) == 1
+        assert [e.prompt for e in cache.entries()] == ["honest question"] and len(cache) == 1
         assert cache.store("another question", SCOPE, "another answer", [3], complete=True)
         cache.clear()
         cache.close()

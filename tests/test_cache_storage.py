@@ -165,7 +165,7 @@ def test_a_store_that_is_unavailable_gives_misses_and_refused_writes_with_the_re
     store.fail = StoreUnavailable("memory is on strike")
     assert cache.store("q2", SCOPE, "a", [1], complete=True) is False
     hit = cache.lookup("q", SCOPE)
-    assert hit.outcome == "miss" and "on strike" in hit.reason and "on strike" in cache.stats()["warning"]
+    assert hit.outcome == "miss" and "on strike" in hit.reason and "on strike" in cache.stats().warning
 
 
 @pytest.mark.parametrize("bug", [TypeError("a bug"), KeyError("a bug"), AttributeError("a bug")])
@@ -249,7 +249,7 @@ def test_a_planted_pickle_is_never_loaded_and_is_moved_aside(tmp_path):
         cache = SemanticCache(directory, PrefixBlindEmbedder())
     assert cache.lookup("evil question", SCOPE).outcome == "miss" and len(cache) == 1
     assert cache.lookup("honest question", SCOPE).answer == "honest answer"
-    assert [e["prompt"] for e in cache.entries()] == ["honest question"]
+    assert [e.prompt for e in cache.entries()] == ["honest question"]
     assert not marker.exists()
     moved = [json.loads(line) for line in (directory / "quarantine.jsonl").read_text().splitlines()]
     assert len(moved) == 3 and all(m["mode"] == 4 or m["raw"] == 0 for m in moved)
@@ -296,9 +296,9 @@ def test_a_failed_write_stays_visible_until_a_write_succeeds(tmp_path, monkeypat
     monkeypatch.setattr(diskcache.Cache, "set", disk_full)
     assert cache.store("q", SCOPE, "a", [1], complete=True) is False
     assert cache.lookup("q", SCOPE).outcome == "miss"  # reads still work ...
-    assert "disk is full" in cache.stats()["warning"]  # ... and the failed write is still shown
+    assert "disk is full" in cache.stats().warning  # ... and the failed write is still shown
     monkeypatch.setattr(diskcache.Cache, "set", real_set)
-    assert cache.store("q", SCOPE, "a", [1], complete=True) and "warning" not in cache.stats()
+    assert cache.store("q", SCOPE, "a", [1], complete=True) and cache.stats().warning == ""
 
 
 def test_a_disk_store_that_cannot_be_opened_is_unavailable_and_a_bug_propagates(tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ Storage is a :class:`engine.cache.store.Store` (diskcache directory or a shared 
 (:mod:`engine.cache.search`) runs on a Redis 8 server (vector sets), or else in this instance's memory, kept
 up to date with what the store says changed since its last look, so another process's or another machine's
 writes show up at the next lookup. When the store is
-unreachable a lookup is a miss with the reason, a store is skipped, and ``stats()["warning"]`` says why;
+unreachable a lookup is a miss with the reason, a store is skipped, and ``stats().warning`` says why;
 generation never waits on it. Only :class:`StoreUnavailable` is handled so; any other error is a bug and
 propagates.
 """
@@ -35,6 +35,7 @@ from engine.cache.disk_store import DEFAULT_SIZE_LIMIT
 from engine.cache.guards import failed_guards, judge_may_overrule
 from engine.cache.records import BadRecord, CacheRecord
 from engine.cache.search import SERVER_EF, Index, check_search, fits, index_for
+from engine.cache.stats import CacheEntry, CacheStats
 from engine.cache.store import Store, StoreUnavailable
 from engine.cache.keys import entry_key, make_scope, normalise_prompt
 from engine.cache.trust import Trust, check_secret
@@ -239,12 +240,12 @@ class SemanticCache:
             self._ready().invalidate()
         self._safely("clear", wipe, None)
 
-    def entries(self, limit: int = 50) -> list[dict]:
-        """Newest first: key, prompt, answer preview, scope, created (unix seconds)."""
-        def collect() -> list[dict]:
-            recs = [{"key": k, "prompt": r.prompt, "answer": r.answer[:120], "scope": r.scope, "created": r.created}
-                    for k, r in self._store.records() if self._believed(k, r)]
-            return sorted(recs, key=lambda r: -r["created"])[:limit]
+    def entries(self, limit: int = 50) -> list[CacheEntry]:
+        """Newest first, the answers as a preview; only entries a lookup could use (live and trusted)."""
+        def collect() -> list[CacheEntry]:
+            found = [CacheEntry(k, r.prompt, r.answer[:120], r.created, r.scope)
+                     for k, r in self._store.records() if self._believed(k, r)]
+            return sorted(found, key=lambda e: -e.created)[:limit]
         return self._safely("listing", collect, [])
 
     def __len__(self) -> int:
@@ -260,17 +261,15 @@ class SemanticCache:
         with self._lock:
             self._saved_s += max(0.0, float(seconds))
 
-    def stats(self) -> dict:
+    def stats(self) -> CacheStats:
+        """The counters since this instance opened, and the store's live entries."""
+        entries = len(self)
         with self._lock:
             counts, saved_s = Counter(self._counts), self._saved_s
-        hits = {o: counts[o] for o in OUTCOMES if o != "miss"}
         lookups = sum(counts.values())
-        out = {"lookups": lookups, "hits": hits, "misses": counts["miss"],
-               "hit_rate": (lookups - counts["miss"]) / lookups if lookups else 0.0,
-               "time_saved_s": saved_s, "entries": len(self), "backend": self.location, "search": self.search}
-        if self.problem:
-            out["warning"] = self.problem
-        return out
+        return CacheStats(entries=entries, lookups=lookups, hits={o: counts[o] for o in OUTCOMES if o != "miss"},
+                          misses=counts["miss"], hit_rate=(lookups - counts["miss"]) / lookups if lookups else 0.0,
+                          time_saved_s=saved_s, warning=self.problem, backend=self.location, search=self.search)
 
     def close(self) -> None:
         self._store.close()

@@ -157,6 +157,50 @@ def test_the_cache_package_has_no_import_circle():
     assert "backends" not in graph["disk_store"] | graph["redis_store"]
 
 
+# ---- counting is not syncing ---------------------------------------------------------------------------
+class VerbLog(MemoryStore):
+    """MemoryStore that logs the verbs the cache calls, and can lose an entry without a logged change (as TTL
+    expiry and size-limit eviction do)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def count(self) -> int:
+        self.calls.append("count")
+        return super().count()
+
+    def changes(self, since: Token | None) -> tuple[Token, list[Change] | None]:
+        self.calls.append("changes")
+        return super().changes(since)
+
+    def records(self) -> Iterator[tuple[str, CacheRecord]]:
+        self.calls.append("records")
+        return super().records()
+
+    def lose(self, key: str) -> None:
+        del self._texts[key]
+
+
+def test_len_only_counts_and_refresh_is_the_one_call_that_resyncs_the_index():
+    store = VerbLog()
+    cache = SemanticCache(store, PrefixBlindEmbedder())
+    for prompt in ("kept", "lost"):
+        assert cache.store(prompt, SCOPE, "a", [1], complete=True)
+    store.lose(entry_key(SCOPE, "lost"))
+    store.calls.clear()
+    assert len(cache) == 1 and store.calls == ["count"]  # a count, nothing else: len() has no side effect
+    store.calls.clear()
+    assert cache.refresh() == 1 and store.calls == ["count", "changes", "changes", "records"]  # 1 != 2: reload
+    store.calls.clear()
+    assert cache.refresh() == 1 and store.calls == ["count", "changes"]  # in step now: nothing to reload
+    store.lose(entry_key(SCOPE, "kept"))
+    store.calls.clear()
+    assert cache.stats().entries == 0 and store.calls == ["count", "changes", "changes", "records"]  # stats refreshes
+    store.calls.clear()
+    assert cache.lookup("please kept", SCOPE).outcome == "miss" and store.calls == ["changes"]  # the log, no count
+
+
 # ---- store failures are handled, bugs are not ---------------------------------------------------------
 def test_a_store_that_is_unavailable_gives_misses_and_refused_writes_with_the_reason():
     store = MemoryStore()

@@ -54,10 +54,12 @@ class Index(Protocol):
     token: Token | None
 
     def refresh(self, live: int | None = None) -> None:
-        """Catch up with the store (``live``: its record count, when the caller knows it)."""
+        """Catch up with the store's logged changes; with ``live`` (its record count, when the caller counted)
+        also with what it dropped without a log entry (TTL, eviction)."""
 
     def search(self, scope: str, query: np.ndarray, floor: float) -> list[Candidate]:
-        """The best :data:`TOP` candidates of ``scope``, best first; those below ``floor`` may be left out."""
+        """The best :data:`TOP` candidates of ``scope``, best first; those below ``floor`` may be left out.
+        Searches what the index holds now: the caller refreshes first when it wants other instances' writes."""
 
     def wrote(self, scope: str, key: str, vec: np.ndarray, token: Token | None) -> None:
         """This instance stored ``key``; ``token``: what the store's put gave."""
@@ -107,7 +109,6 @@ class MirrorIndex:
             index.add(rec.scope, key, rec.embedding)
 
     def search(self, scope: str, query: np.ndarray, floor: float) -> list[Candidate]:
-        self._sync()
         return [Candidate(key, sim, None) for key, sim in self._index.search(scope, query, TOP)]
 
     def wrote(self, scope: str, key: str, vec: np.ndarray, token: Token | None) -> None:

@@ -8,8 +8,11 @@ every token, see ChatEngine._check); in ``direct`` mode an exact hit is served a
 
 Storage is a :class:`engine.cache.store.Store` (diskcache directory or a shared Redis). The semantic search
 (:mod:`engine.cache.search`) runs on a Redis 8 server (vector sets), or else in this instance's memory, kept
-up to date with what the store says changed since its last look, so another process's or another machine's
-writes show up at the next lookup. When the store is
+up to date with what the store says changed since its last look: each lookup first catches up with the store's
+change log (``Index.refresh``), so another process's or another machine's writes show up at the next lookup.
+Entries the store drops on its own (TTL, the size limit) log no change; :meth:`SemanticCache.refresh` finds those
+by counting the store, which costs a pass over it, so it runs at ``stats()``, not at every lookup (a lookup
+skips and forgets a stale candidate it meets). When the store is
 unreachable a lookup is a miss with the reason, a store is skipped, and ``stats().warning`` says why;
 generation never waits on it. Only :class:`StoreUnavailable` is handled so; any other error is a bug and
 propagates.
@@ -100,7 +103,7 @@ class SemanticCache:
         self._saved_s = 0.0
         self._problems: dict[str, str] = {}  # "read"/"write" -> the last failure of that kind, until one succeeds
         self._lock = threading.RLock()  # one instance may serve several UI threads
-        self._safely("open", self._refresh, None)
+        self._safely("open", lambda: self._ready().refresh(), None)
 
     # ---- plumbing -------------------------------------------------------------------------------
     _WRITES = ("store", "delete", "clear")
@@ -139,10 +142,6 @@ class SemanticCache:
         if self._index is None:
             self._index = index_for(self._store, self._dim, self._search, self._ef)
         return self._index
-
-    def _refresh(self, live: int | None = None) -> None:
-        """Bring the index up to date with the store (other instances' writes included)."""
-        self._ready().refresh(live)
 
     def _embed(self, text: str) -> np.ndarray:
         return normalise_rows(self._embedder.encode([text]))[0]  # (d,)
@@ -190,6 +189,7 @@ class SemanticCache:
             why = "verify mode: the target checks the cached answer" if mode == "verify" else untrusted
             return _hit("exact", key, rec, 1.0, why, needs_check=bool(why))
         index = self._ready()
+        index.refresh()  # catch up with the store's change log: other instances' writes
         for cand, sim, rec in index.search(scope, self._embed(prompt), threshold):
             if sim < threshold:
                 break
@@ -249,12 +249,18 @@ class SemanticCache:
         return self._safely("listing", collect, [])
 
     def __len__(self) -> int:
-        """Live entries in the store. Also resyncs the index when TTL or the size limit removed entries."""
-        def count() -> int:
-            n = self._store.count()
-            self._refresh(n)
-            return n
-        return self._safely("count", count, 0)
+        """Live entries in the store. Only counts: the index is left as it is (see :meth:`refresh`)."""
+        return self._safely("count", self._store.count, 0)
+
+    def refresh(self) -> int:
+        """Bring the index fully up to date with the store, and give the store's live entry count: besides
+        the logged changes a lookup catches up with, this finds the entries TTL or the size limit removed
+        without a log entry (they make the count differ from the index). Costs a pass over the store."""
+        def sync() -> int:
+            live = self._store.count()
+            self._ready().refresh(live)
+            return live
+        return self._safely("refresh", sync, 0)
 
     def record_saved(self, seconds: float) -> None:
         """The caller reports generation time that a hit saved."""
@@ -262,8 +268,8 @@ class SemanticCache:
             self._saved_s += max(0.0, float(seconds))
 
     def stats(self) -> CacheStats:
-        """The counters since this instance opened, and the store's live entries."""
-        entries = len(self)
+        """The counters since this instance opened, and the store's live entries (after :meth:`refresh`)."""
+        entries = self.refresh()
         with self._lock:
             counts, saved_s = Counter(self._counts), self._saved_s
         lookups = sum(counts.values())

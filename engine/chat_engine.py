@@ -309,16 +309,10 @@ class ChatEngine:
         return CacheInfo(available=True, threshold=self.cache.threshold, backend=backend)
 
     def cache_stats(self) -> CacheStats | None:
-        if self.cache is None:
-            return None
-        s = self.cache.stats()
-        return CacheStats(entries=s["entries"], lookups=s["lookups"], hits=s["hits"], misses=s["misses"],
-                          hit_rate=s["hit_rate"], time_saved_s=s["time_saved_s"], warning=s.get("warning", ""))
+        return None if self.cache is None else self.cache.stats()
 
     def cache_entries(self, limit: int = 50) -> list[CacheEntry]:
-        if self.cache is None:
-            return []
-        return [CacheEntry(e["key"], e["prompt"], e["answer"], e["created"]) for e in self.cache.entries(limit)]
+        return [] if self.cache is None else self.cache.entries(limit)
 
     def cache_delete(self, key: str) -> bool:
         return self.cache is not None and self.cache.delete(key)

@@ -3,15 +3,19 @@
 ``engine.chat_engine.ChatEngine`` satisfies it; the app holds its engine as an ``EngineSurface`` and calls nothing
 else (no attributes: cache settings and statistics come through methods too). This module imports nothing
 heavy (no torch, no transformers): the app imports it, and the app never imports torch.
+
+``CacheStats`` and ``CacheEntry`` are the cache's own values (engine/cache/stats.py), re-exported here: the app
+imports every value it reads from this module.
 """
 from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from engine.cache.stats import CacheEntry, CacheStats
 from engine.config import DEFAULT_CACHE, CacheConfig, SamplingConfig, SpecConfig
 from engine.events import Event
 from engine.lab.grid import DOCTOR_KINDS, ExperimentGrid
@@ -43,25 +47,6 @@ class CacheInfo:
     available: bool  # False: this engine runs without a semantic cache (see the launch log)
     threshold: float = DEFAULT_CACHE.threshold  # the similarity a semantic hit needs, unless a request says
     backend: str = ""  # where the entries live, safe to show (passwords masked)
-
-
-@dataclass(frozen=True)
-class CacheStats:
-    entries: int
-    lookups: int = 0
-    hits: Mapping[str, int] = field(default_factory=dict)  # outcome ("exact", "verified", "cached") -> count
-    misses: int = 0
-    hit_rate: float = 0.0
-    time_saved_s: float = 0.0  # generation time that hits saved
-    warning: str = ""  # why the cache is not working right now (e.g. Redis unreachable), or empty
-
-
-@dataclass(frozen=True)
-class CacheEntry:
-    key: str
-    prompt: str
-    answer: str  # a preview
-    created: float  # unix seconds
 
 
 @runtime_checkable

@@ -6,6 +6,7 @@ a load); every bad case must exit 2 without reaching it.
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -109,6 +110,21 @@ def test_cache_eval_refuses_a_bad_argument_before_loading(files, args, expected)
     result = run_tool("bench.cache.evaluate", *fill(args, files | {"port": free_port()}))  # nothing listens there
     assert_refused(result, "bench.cache.evaluate", *expected)
     assert "hunter2" not in result.stderr
+
+
+def test_cache_eval_writes_the_report_it_prints(files, tmp_path, monkeypatch, capsys):
+    """The whole command in-process, a hash embedder in place of the real one: the pairs are read, evaluated,
+    printed and written (the parser, the checks, the judge-less run and the JSON report join up)."""
+    import bench.cache.evaluate as evaluate
+    from engine.cache.embedder import HashEmbedder
+
+    monkeypatch.setattr(evaluate, "load_default_embedder", lambda: HashEmbedder(32))
+    out = tmp_path / "report.json"
+    assert evaluate.main(["--pairs", str(files["pairs.jsonl"]), "--json", str(out), "--threshold", "0.5"]) == 0
+    report = json.loads(out.read_text())
+    assert list(report) == ["pairs"] and report["pairs"]["pairs"] == 1 and report["pairs"]["backend"] == "disk"
+    assert report["pairs"]["rows"][0]["a"] == "hi" and report["pairs"]["threshold"] == 0.5
+    assert "pairs 1 (same 1), threshold 0.50, backend disk" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("tool, args", [("bench.speed.modes", ["--prompts", "{prompts.jsonl}", "--k", "auto"]),

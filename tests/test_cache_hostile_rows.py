@@ -16,7 +16,7 @@ import diskcache
 import pytest
 
 from engine.cache.disk_store import DiskStore
-from engine.cache.records import encode_record
+from engine.cache.records import CacheRecord
 from engine.cache.semantic_cache import SemanticCache, entry_key
 from engine.cache.store import StoreUnavailable
 from tests.test_semantic_cache import SCOPE, PrefixBlindEmbedder
@@ -46,9 +46,9 @@ def make_victims(tmp_path: Path, directory: Path) -> dict:
     (tmp_path / "victim" / "absolute.txt").write_text("another file of the user's")
     (tmp_path / "linked" / "x").mkdir(parents=True)
     (tmp_path / "linked" / "x" / "y.txt").write_text("reached through a link")
-    (tmp_path / "secret.json").write_text(encode_record("what is the secret", SCOPE, "the user's secret", [7],
-                                                        PrefixBlindEmbedder().encode(["what is the secret"])[0],
-                                                        0.0))
+    (tmp_path / "secret.json").write_text(CacheRecord.new("what is the secret", SCOPE, "the user's secret", [7],
+                                                          PrefixBlindEmbedder().encode(["what is the secret"])[0],
+                                                          0.0).to_json())
     (tmp_path / "journal.txt").write_text("a file the quarantine must not append to")
     os.symlink(tmp_path / "linked", directory / "link")
     os.symlink(tmp_path / "journal.txt", directory / "quarantine.jsonl")
@@ -95,7 +95,7 @@ def test_planted_file_rows_never_touch_anything_outside_the_cache(tmp_path, when
         for prompt in ("an unrelated prompt", "evil relative", "evil absolute", "evil link", "what is the secret"):
             assert cache.lookup(prompt, SCOPE).outcome == "miss"
         assert cache.lookup("honest question", SCOPE).answer == "honest answer"
-        assert [e["prompt"] for e in cache.entries()] == ["honest question"] and len(cache) == 1
+        assert [e.prompt for e in cache.entries()] == ["honest question"] and len(cache) == 1
         assert cache.store("another question", SCOPE, "another answer", [3], complete=True)
         cache.clear()
         cache.close()

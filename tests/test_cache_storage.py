@@ -13,7 +13,7 @@ import pytest
 
 from engine.cache.backends import open_store
 from engine.cache.disk_store import DiskStore
-from engine.cache.records import mask_url
+from engine.cache.records import CacheRecord, mask_url
 from engine.cache.semantic_cache import SemanticCache, entry_key
 from engine.cache.store import Change, SearchingStore, Store, StoreUnavailable, Token
 from tests.test_semantic_cache import SCOPE, PrefixBlindEmbedder
@@ -33,11 +33,9 @@ class MemoryStore:
         if self.fail is not None:
             raise self.fail
 
-    def get(self, key: str) -> dict | None:
-        from engine.cache.records import decode_record
-
+    def get(self, key: str) -> CacheRecord | None:
         self._check()
-        return decode_record(self._texts[key]) if key in self._texts else None
+        return CacheRecord.from_json(self._texts[key]) if key in self._texts else None
 
     def put(self, key: str, text: str, ttl_s: float | None, after: Token | None) -> Token | None:
         self._check()
@@ -56,7 +54,7 @@ class MemoryStore:
         self._texts.clear()
         self._log.append(("clear", ""))
 
-    def records(self) -> Iterator[tuple[str, dict]]:
+    def records(self) -> Iterator[tuple[str, CacheRecord]]:
         self._check()
         return iter([(k, self.get(k)) for k in list(self._texts)])
 
@@ -159,6 +157,50 @@ def test_the_cache_package_has_no_import_circle():
     assert "backends" not in graph["disk_store"] | graph["redis_store"]
 
 
+# ---- counting is not syncing ---------------------------------------------------------------------------
+class VerbLog(MemoryStore):
+    """MemoryStore that logs the verbs the cache calls, and can lose an entry without a logged change (as TTL
+    expiry and size-limit eviction do)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def count(self) -> int:
+        self.calls.append("count")
+        return super().count()
+
+    def changes(self, since: Token | None) -> tuple[Token, list[Change] | None]:
+        self.calls.append("changes")
+        return super().changes(since)
+
+    def records(self) -> Iterator[tuple[str, CacheRecord]]:
+        self.calls.append("records")
+        return super().records()
+
+    def lose(self, key: str) -> None:
+        del self._texts[key]
+
+
+def test_len_only_counts_and_refresh_is_the_one_call_that_resyncs_the_index():
+    store = VerbLog()
+    cache = SemanticCache(store, PrefixBlindEmbedder())
+    for prompt in ("kept", "lost"):
+        assert cache.store(prompt, SCOPE, "a", [1], complete=True)
+    store.lose(entry_key(SCOPE, "lost"))
+    store.calls.clear()
+    assert len(cache) == 1 and store.calls == ["count"]  # a count, nothing else: len() has no side effect
+    store.calls.clear()
+    assert cache.refresh() == 1 and store.calls == ["count", "changes", "changes", "records"]  # 1 != 2: reload
+    store.calls.clear()
+    assert cache.refresh() == 1 and store.calls == ["count", "changes"]  # in step now: nothing to reload
+    store.lose(entry_key(SCOPE, "kept"))
+    store.calls.clear()
+    assert cache.stats().entries == 0 and store.calls == ["count", "changes", "changes", "records"]  # stats refreshes
+    store.calls.clear()
+    assert cache.lookup("please kept", SCOPE).outcome == "miss" and store.calls == ["changes"]  # the log, no count
+
+
 # ---- store failures are handled, bugs are not ---------------------------------------------------------
 def test_a_store_that_is_unavailable_gives_misses_and_refused_writes_with_the_reason():
     store = MemoryStore()
@@ -167,7 +209,7 @@ def test_a_store_that_is_unavailable_gives_misses_and_refused_writes_with_the_re
     store.fail = StoreUnavailable("memory is on strike")
     assert cache.store("q2", SCOPE, "a", [1], complete=True) is False
     hit = cache.lookup("q", SCOPE)
-    assert hit.outcome == "miss" and "on strike" in hit.reason and "on strike" in cache.stats()["warning"]
+    assert hit.outcome == "miss" and "on strike" in hit.reason and "on strike" in cache.stats().warning
 
 
 @pytest.mark.parametrize("bug", [TypeError("a bug"), KeyError("a bug"), AttributeError("a bug")])
@@ -221,6 +263,7 @@ def test_a_redis_that_refuses_writes_is_unavailable_and_a_bug_propagates(redis_s
 def test_an_answer_that_no_reader_would_accept_is_not_stored(tmp_path):
     cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder())
     assert cache.store("q", SCOPE, "a", [1, -2], complete=True) is False  # a negative token id
+    assert cache.store("q", SCOPE, "a\udc00", [1], complete=True) is False  # UTF-8 cannot encode it
     assert len(cache) == 0 and cache.problem == ""
     with pytest.raises(ValueError):  # not a token id at all: the caller's bug
         cache.store("q", SCOPE, "a", ["one"], complete=True)
@@ -250,7 +293,7 @@ def test_a_planted_pickle_is_never_loaded_and_is_moved_aside(tmp_path):
         cache = SemanticCache(directory, PrefixBlindEmbedder())
     assert cache.lookup("evil question", SCOPE).outcome == "miss" and len(cache) == 1
     assert cache.lookup("honest question", SCOPE).answer == "honest answer"
-    assert [e["prompt"] for e in cache.entries()] == ["honest question"]
+    assert [e.prompt for e in cache.entries()] == ["honest question"]
     assert not marker.exists()
     moved = [json.loads(line) for line in (directory / "quarantine.jsonl").read_text().splitlines()]
     assert len(moved) == 3 and all(m["mode"] == 4 or m["raw"] == 0 for m in moved)
@@ -297,9 +340,9 @@ def test_a_failed_write_stays_visible_until_a_write_succeeds(tmp_path, monkeypat
     monkeypatch.setattr(diskcache.Cache, "set", disk_full)
     assert cache.store("q", SCOPE, "a", [1], complete=True) is False
     assert cache.lookup("q", SCOPE).outcome == "miss"  # reads still work ...
-    assert "disk is full" in cache.stats()["warning"]  # ... and the failed write is still shown
+    assert "disk is full" in cache.stats().warning  # ... and the failed write is still shown
     monkeypatch.setattr(diskcache.Cache, "set", real_set)
-    assert cache.store("q", SCOPE, "a", [1], complete=True) and "warning" not in cache.stats()
+    assert cache.store("q", SCOPE, "a", [1], complete=True) and cache.stats().warning == ""
 
 
 def test_a_disk_store_that_cannot_be_opened_is_unavailable_and_a_bug_propagates(tmp_path, monkeypatch):

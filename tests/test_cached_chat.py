@@ -190,7 +190,7 @@ def test_a_failed_cache_write_never_costs_the_answer(loaded, tmp_path, monkeypat
     monkeypatch.setattr(diskcache.Cache, "set", disk_full)
     events = ask(engine, "Name a planet.")
     assert events[-1].finish_reason == "eos" and events[-1].text
-    assert "disk is full" in engine.cache.stats()["warning"] and len(engine.cache) == 0
+    assert "disk is full" in engine.cache.stats().warning and len(engine.cache) == 0
 
 
 def test_redis_killed_during_generation_still_delivers_the_answer(loaded, redis_kind):
@@ -207,7 +207,7 @@ def test_redis_killed_during_generation_still_delivers_the_answer(loaded, redis_
             if event.type == "token" and server.proc is not None:
                 server.stop()  # the answer is being generated; its cache write will fail
         assert events[0].outcome == "miss" and events[-1].type == "done" and events[-1].finish_reason == "eos"
-        assert "unreachable" in engine.cache.stats()["warning"]
+        assert "unreachable" in engine.cache.stats().warning
     finally:
         server.stop()
 

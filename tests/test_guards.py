@@ -1,8 +1,8 @@
 """Each guard on hand-made pairs: what it must catch, and paraphrases it must let through."""
 import pytest
 
-from engine.cache.guards import (analyse, canonical, entity_guard, failed_guards, negation_guard, numbers_guard,
-                           order_guard, stem)
+from engine.cache.analysis import analyse, canonical, stem
+from engine.cache.guards import entity_guard, failed_guards, negation_guard, numbers_guard, order_guard
 
 
 # ---- normalisation ----------------------------------------------------------------------------

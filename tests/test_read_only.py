@@ -71,10 +71,10 @@ def test_a_read_only_cache_is_served_read_only_with_a_note_and_nothing_is_moved(
         cache = SemanticCache(directory, PrefixBlindEmbedder())
         assert "read-only" in cache.location and len(cache) == 2
         assert cache.lookup("what is a list", SCOPE).answer == "an ordered sequence"
-        assert [e["prompt"] for e in cache.entries()] == ["What is a dict?", "What is a list?"]
+        assert [e.prompt for e in cache.entries()] == ["What is a dict?", "What is a list?"]
         assert cache.store("What is a set?", SCOPE, "unique items", [4], complete=True) is False
-        assert "is read-only" in cache.stats()["warning"] and "not stored" in cache.stats()["warning"]
-        cache.delete(cache.entries()[0]["key"])
+        assert "is read-only" in cache.stats().warning and "not stored" in cache.stats().warning
+        cache.delete(cache.entries()[0].key)
         cache.close()
     assert tree(tmp_path) == before  # nothing renamed, replaced, added or removed
 

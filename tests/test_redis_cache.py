@@ -1,12 +1,11 @@
 """The semantic cache on a real redis-server: sharing, TTL, eviction, namespaces, faults, hostile entries."""
+import dataclasses
 import hashlib
 import json
 
-import numpy as np
 import pytest
 
-from engine.cache.embedder import HashEmbedder
-from engine.cache.records import decode_record, encode_record
+from engine.cache.records import CacheRecord
 from engine.cache.redis_store import RedisStore
 from engine.cache.semantic_cache import SemanticCache, entry_key
 from tests.redis_server import RedisServer, wait_until
@@ -91,7 +90,8 @@ def test_scopes_are_not_crossed_through_redis(redis_server, request):
 
 def _plant(server, namespace, text_prompt, overrides):
     key = entry_key(SCOPE, text_prompt)
-    text = encode_record(text_prompt, SCOPE, "answer", [1, 2], PrefixBlindEmbedder().encode([text_prompt])[0], 1.0)
+    text = CacheRecord.new(text_prompt, SCOPE, "answer", [1, 2], PrefixBlindEmbedder().encode([text_prompt])[0],
+                           1.0).to_json()
     rec = {**json.loads(text), **overrides}
     client = server.client()
     client.set(f"{namespace}:e:{key}", rec if isinstance(rec, str) else json.dumps(rec))
@@ -139,12 +139,12 @@ def test_redis_killed_mid_session_then_restarted(redis_kind):
         assert hit.outcome == "miss" and "unavailable" in hit.reason and "127.0.0.1" in hit.reason
         assert _store(cache, "during the outage") is False  # no exception, nothing half-written
         stats = cache.stats()
-        assert "unreachable" in stats["warning"] and stats["entries"] == 0
+        assert "unreachable" in stats.warning and stats.entries == 0
         server.start()  # same port, empty (nothing was saved)
         assert cache.lookup("anything", SCOPE).outcome == "miss" and cache.problem  # still backing off
         clock.now += 5
         assert _store(cache, "after the outage") and cache.problem == ""
-        assert cache.lookup("after the outage", SCOPE).outcome == "exact" and "warning" not in cache.stats()
+        assert cache.lookup("after the outage", SCOPE).outcome == "exact" and cache.stats().warning == ""
         assert cache.lookup("please before the outage", SCOPE).outcome == "miss"  # index rebuilt from Redis
     finally:
         server.stop()
@@ -172,15 +172,8 @@ def test_password_is_never_shown(redis_kind):
         assert _store(good, "authenticated") and good.lookup("authenticated", SCOPE).outcome == "exact"
         bad_url = server.url.replace("s3cr3t-pw", "wrong-pw")
         bad = SemanticCache(RedisStore(bad_url, namespace="pw"), PrefixBlindEmbedder())
-        text = json.dumps(bad.stats()) + bad.lookup("authenticated", SCOPE).reason
+        text = json.dumps(dataclasses.asdict(bad.stats())) + bad.lookup("authenticated", SCOPE).reason
         assert "wrong-pw" not in text and "s3cr3t-pw" not in text and bad.problem
     finally:
         server.stop()
 
-
-def test_records_are_plain_json_and_round_trip():
-    vec = HashEmbedder(16).encode(["x"])[0]
-    text = encode_record("p", SCOPE, "a", [1, 2], vec, 3.0, {"seconds": 1.5, "junk": object()})
-    rec = decode_record(text)
-    assert json.loads(text)["meta"] == {"seconds": 1.5}
-    assert rec["answer_token_ids"] == [1, 2] and np.array_equal(rec["embedding"], vec)

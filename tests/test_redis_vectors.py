@@ -56,7 +56,7 @@ def array_bytes(obj, seen=None) -> int:
 def test_the_search_path_is_detected_once_and_named(redis_server, request):
     cache = _cache(redis_server, request.node.originalname)
     expected = {"redis7": "Redis 7.0", "redis8": "Redis 8.2"}[redis_server.kind]
-    assert cache.search.startswith(expected) and cache.stats()["search"] == cache.search
+    assert cache.search.startswith(expected) and cache.stats().search == cache.search
     assert cache.search.endswith("vector set" if redis_server.kind == "redis8" else ": in-memory index")
 
 

@@ -13,6 +13,7 @@ from engine.config import SamplingConfig
 from engine.cache.embedder import HashEmbedder, load_default_embedder
 from engine.errors import InvalidSettingError
 from engine.cache.semantic_cache import CacheHit, SemanticCache, entry_key, make_scope, normalise_prompt
+from engine.cache.stats import CacheEntry, CacheStats
 from engine.cache.store import StoreUnavailable
 
 REPO = Path(__file__).resolve().parents[1]
@@ -126,16 +127,16 @@ def test_delete_clear_entries_and_stats(tmp_path):
     for i in range(3):
         _store(cache, f"question {i}", answer=f"answer {i}")
     listed = cache.entries(limit=2)
-    assert [e["prompt"] for e in listed] == ["question 2", "question 1"]
-    assert set(listed[0]) == {"key", "prompt", "answer", "scope", "created"}
+    assert [e.prompt for e in listed] == ["question 2", "question 1"]
+    assert listed[0] == CacheEntry(entry_key(SCOPE, "question 2"), "question 2", "answer 2", listed[0].created, SCOPE)
     assert cache.delete(entry_key(SCOPE, "question 1")) is True
     assert cache.lookup("question 1", SCOPE).outcome == "miss"
     assert cache.lookup("please question 1", SCOPE).outcome == "miss"  # gone from the index too
     assert cache.lookup("please question 0", SCOPE).outcome == "cached"
     cache.record_saved(1.5)
     stats = cache.stats()
-    assert stats["lookups"] == 3 and stats["misses"] == 2 and stats["hits"]["cached"] == 1
-    assert stats["time_saved_s"] == 1.5 and stats["entries"] == 2
+    assert isinstance(stats, CacheStats) and stats.lookups == 3 and stats.misses == 2 and stats.hits["cached"] == 1
+    assert stats.time_saved_s == 1.5 and stats.entries == 2 and stats.hit_rate == pytest.approx(1 / 3)
     cache.clear()
     assert len(cache) == 0 and cache.lookup("question 0", SCOPE).outcome == "miss"
 

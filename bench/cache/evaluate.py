@@ -13,6 +13,7 @@ model (e.g. qwen2.5-coder-0.5b-instruct) as the paraphrase judge and reports its
 """
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import tempfile
@@ -179,9 +180,7 @@ def check_cache_url(url: str) -> None:
         store.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.cache.evaluate", description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", help="JSONL file(s) of {a, b, same}, comma-separated")
     parser.add_argument("--json", help="write the full report here")
@@ -198,10 +197,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--judge", metavar="MODEL", help="paraphrase judge model for direct mode (a built-in name)")
     parser.add_argument("--judge-threshold", type=float, help="P(yes) the judge needs (default: its calibrated one)")
     parser.add_argument("--judge-precision", help="the judge model's precision (default: auto for this machine)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def checked_pairs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[dict] | None:
+    """Every argument checked before anything loads (a bad one exits through ``parser``); the pairs of
+    ``--pairs``, or None without it."""
     if not args.pairs and not args.latency:
         parser.error("give --pairs FILE.jsonl and/or --latency")
-    with arguments_checked(parser):  # all of them, before anything loads
+    with arguments_checked(parser):
         CacheConfig(mode="direct", threshold=args.threshold)
         pairs = [p for path in args.pairs.split(",") for p in load_pairs(path)] if args.pairs else None
         if args.judge:
@@ -210,31 +214,47 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--exactness needs --pairs and --cache-url")
         if args.cache_url:
             check_cache_url(args.cache_url)
-    report = {}
-    if args.pairs:
-        judge = None
-        if args.judge:
-            from engine.cache.judge import LLMJudge, calibrated_threshold
-            from engine.models.loading import load_model, quiet_library_logs
+    return pairs
 
-            quiet_library_logs()
-            loaded = load_model(args.judge, args.judge_precision, role="target")
-            threshold = args.judge_threshold if args.judge_threshold is not None \
-                else calibrated_threshold(loaded.name, loaded.precision)
-            if threshold is None:
-                parser.error(f"{args.judge} at {loaded.precision} has no calibrated judge threshold: "
-                             "give --judge-threshold (or --judge-precision)")
-            judge = LLMJudge(loaded, threshold)
-        if args.exactness:
-            memo = MemoEmbedder(load_default_embedder(), [p[k] for p in pairs for k in ("a", "b")])
-            report["exactness"] = measure_exactness(pairs, memo, args.cache_url,
-                                                    args.distractors, [int(x) for x in args.ef.split(",")], judge,
-                                                    build_ef=args.build_ef)
-            print(format_exactness(report["exactness"]))
-        else:
-            report["pairs"] = evaluate_pairs(pairs, load_default_embedder(), args.threshold,
-                                             cache_url=args.cache_url, judge=judge)
-            print(format_report(report["pairs"]))
+
+def load_judge(parser: argparse.ArgumentParser, args: argparse.Namespace):
+    """The ``--judge`` model as an LLMJudge at its threshold (calibrated, or ``--judge-threshold``); None
+    without ``--judge``. A model with no calibrated threshold and none given exits through ``parser``."""
+    if not args.judge:
+        return None
+    from engine.cache.judge import LLMJudge, calibrated_threshold
+    from engine.models.loading import load_model, quiet_library_logs
+
+    quiet_library_logs()
+    loaded = load_model(args.judge, args.judge_precision, role="target")
+    threshold = args.judge_threshold if args.judge_threshold is not None \
+        else calibrated_threshold(loaded.name, loaded.precision)
+    if threshold is None:
+        parser.error(f"{args.judge} at {loaded.precision} has no calibrated judge threshold: "
+                     "give --judge-threshold (or --judge-precision)")
+    return LLMJudge(loaded, threshold)
+
+
+def pairs_report(args: argparse.Namespace, pairs: list[dict], judge) -> dict:
+    """``{"exactness": ...}`` with ``--exactness``, else ``{"pairs": ...}``; printed as it is made."""
+    if args.exactness:
+        memo = MemoEmbedder(load_default_embedder(), [p[k] for p in pairs for k in ("a", "b")])
+        exactness = measure_exactness(pairs, memo, args.cache_url, args.distractors,
+                                      [int(x) for x in args.ef.split(",")], judge, build_ef=args.build_ef)
+        print(format_exactness(exactness))
+        return {"exactness": exactness}
+    report = evaluate_pairs(pairs, load_default_embedder(), args.threshold, cache_url=args.cache_url, judge=judge)
+    print(format_report(report))
+    return {"pairs": report}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    pairs = checked_pairs(parser, args)
+    report = {}
+    if pairs is not None:
+        report.update(pairs_report(args, pairs, load_judge(parser, args)))
     if args.latency:
         report["latency"] = measure_latency(args.entries, cache_url=args.cache_url, build_ef=args.build_ef,
                                             namespace=args.namespace)

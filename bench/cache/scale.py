@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from engine.cache.backends import open_store
 from engine.cache.embedder import HashEmbedder, normalise_rows
-from engine.cache.records import encode_record
+from engine.cache.records import CacheRecord
 from engine.cache.search import SERVER_EF
 from engine.cache.semantic_cache import SemanticCache, entry_key, make_scope
 from engine.config import SamplingConfig
@@ -83,7 +83,7 @@ def _records(scope: str, start: int, stop: int) -> list[tuple[str, str]]:
     """(entry key, record text) of the synthetic entries "prompt i", start <= i < stop."""
     prompts = [f"prompt {i}" for i in range(start, stop)]
     answer, ids = "a synthetic cached answer " * 4, list(range(24))
-    return [(entry_key(scope, p), encode_record(p, scope, answer, ids, v, time.time()))
+    return [(entry_key(scope, p), CacheRecord.new(p, scope, answer, ids, v, time.time()).to_json())
             for p, v in zip(prompts, NearEmbedder(DIM).encode(prompts))]
 
 
@@ -237,7 +237,7 @@ def measure_exactness(pairs: list[dict], embedder, cache_url: str, distractors: 
         real = normalise_rows(embedder.encode([p["a"] for p in pairs]))
         others = _distractors(real, distractors, rng)
         for start in tqdm(range(0, distractors, BATCH), desc="distractors", disable=not progress):
-            store.put_many([(f"d{i}", encode_record(f"distractor {i}", SCOPE, "x", [0], v, 0.0))
+            store.put_many([(f"d{i}", CacheRecord.new(f"distractor {i}", SCOPE, "x", [0], v, 0.0).to_json())
                             for i, v in enumerate(others[start:start + BATCH], start)], None, atomic=False)
         writer = SemanticCache(store, embedder, mode="direct")
         for p in pairs:

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 import diskcache
 
 from engine.cache.disk_rows import DB_NAME, SETTINGS, PlainDisk, check_no_links, delete_key, set_aside_unexpected
-from engine.cache.records import BadRecord, decode_record
+from engine.cache.records import BadRecord, CacheRecord
 from engine.cache.store import Change, StoreReadOnly, StoreUnavailable, Token
 
 log = logging.getLogger(__name__)
@@ -142,10 +142,10 @@ class DiskStore:
         version = self._cache.incr(VERSION_KEY, default=0)
         return version if after is not None and version == after + 1 else None
 
-    def _read(self, key: str) -> dict | None:
+    def _read(self, key: str) -> CacheRecord | None:
         try:
             raw = self._cache.get(PREFIX + key)
-            return None if raw is None else decode_record(raw)
+            return None if raw is None else CacheRecord.from_json(raw)
         except BadRecord as err:
             self._drop(key, err)
             return None
@@ -163,7 +163,7 @@ class DiskStore:
         return [k[len(PREFIX):] for k in self._cache.iterkeys() if isinstance(k, str) and k.startswith(PREFIX)]
 
     # ---- the store verbs (engine.cache.store.Store) ------------------------------------------------
-    def get(self, key: str) -> dict | None:
+    def get(self, key: str) -> CacheRecord | None:
         return self._call(lambda: self._read(key))
 
     def put(self, key: str, text: str, ttl_s: float | None, after: Token | None) -> Token | None:
@@ -184,7 +184,7 @@ class DiskStore:
             self._bump(None)
         self._call(wipe)
 
-    def records(self) -> Iterator[tuple[str, dict]]:
+    def records(self) -> Iterator[tuple[str, CacheRecord]]:
         def collect():
             self._cache.expire()
             return [(k, rec) for k in self._keys() if (rec := self._read(k)) is not None]

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from engine.cache.disk_rows import DB_NAME, EXPECTED_ROW, check_no_links
 from engine.cache.disk_store import PREFIX, VERSION_KEY
-from engine.cache.records import BadRecord, decode_record
+from engine.cache.records import BadRecord, CacheRecord
 from engine.cache.store import Change, StoreUnavailable, Token
 
 log = logging.getLogger(__name__)
@@ -59,9 +59,9 @@ class ReadOnlyDiskStore:
         finally:
             con.close()
 
-    def _decode(self, key: str, text) -> dict | None:
+    def _decode(self, key: str, text) -> CacheRecord | None:
         try:
-            return decode_record(text)
+            return CacheRecord.from_json(text)
         except BadRecord as err:
             if key not in self._warned:  # cannot be deleted here: skipped, with one warning per entry
                 self._warned.add(key)
@@ -70,7 +70,7 @@ class ReadOnlyDiskStore:
             return None
 
     # ---- the store verbs (engine.cache.store.Store) ------------------------------------------------
-    def get(self, key: str) -> dict | None:
+    def get(self, key: str) -> CacheRecord | None:
         rows = self._rows(f"SELECT value FROM Cache WHERE key = ? AND {_LIVE}", PREFIX + key, time.time())
         return self._decode(key, rows[0][0]) if rows else None
 
@@ -83,7 +83,7 @@ class ReadOnlyDiskStore:
     def clear(self) -> None:
         raise StoreUnavailable(self.note)
 
-    def records(self) -> Iterator[tuple[str, dict]]:
+    def records(self) -> Iterator[tuple[str, CacheRecord]]:
         rows = self._rows(f"SELECT key, value FROM Cache WHERE substr(key, 1, ?) = ? AND {_LIVE}",
                           len(PREFIX), PREFIX, time.time())
         found = ((key[len(PREFIX):], self._decode(key[len(PREFIX):], text)) for key, text in rows)

@@ -30,7 +30,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from engine.cache.records import BadRecord, decode_record, mask_url
+from engine.cache.records import BadRecord, CacheRecord, mask_url
 from engine.cache.redis_vectors import BUILD_EF, VectorSets, has_vector_sets
 from engine.cache.store import Change, StoreUnavailable, Token
 from engine.errors import InvalidSettingError
@@ -123,11 +123,11 @@ class RedisStore:
             self.search = f"Redis {version}: in-memory index"
         log.info("semantic cache at %s: %s", self.location, self.search)
 
-    def _decode(self, c, key: str, raw) -> dict | None:
+    def _decode(self, c, key: str, raw) -> CacheRecord | None:
         if raw is None:
             return None
         try:
-            return decode_record(raw)
+            return CacheRecord.from_json(raw)
         except BadRecord as err:
             log.warning("semantic cache: malformed entry %s in %s moved aside: %s", key, self.location, err)
             scopes = self._vectors.scopes_of(c, [key]) if self._vectors else [None]
@@ -152,7 +152,7 @@ class RedisStore:
             c.zrem(self._k("order"), *keys)
 
     # ---- the store verbs (engine.cache.store.Store) ------------------------------------------------
-    def get(self, key: str) -> dict | None:
+    def get(self, key: str) -> CacheRecord | None:
         def read(c):
             try:
                 raw = c.get(self._k("e", key))
@@ -234,7 +234,7 @@ class RedisStore:
                 c.delete(*keys[i:i + _CHUNK])
         self._run(drop)
 
-    def records(self) -> Iterator[tuple[str, dict]]:
+    def records(self) -> Iterator[tuple[str, CacheRecord]]:
         def collect(c):
             keys = [_text(k) for k in c.zrange(self._k("order"), 0, -1)]
             out, gone = [], []
@@ -267,7 +267,7 @@ class RedisStore:
         """``count`` nearest (entry key, approximate cosine) in ``scope`` (HNSW, int8), best first."""
         return self._run(lambda c: self._vectors.similar(c, scope, query, count, ef))
 
-    def get_many(self, keys: list[str]) -> list[dict | None]:
+    def get_many(self, keys: list[str]) -> list[CacheRecord | None]:
         def read(c):
             raws = c.mget([self._k("e", k) for k in keys]) if keys else []
             return [self._decode(c, key, raw) for key, raw in zip(keys, raws)]

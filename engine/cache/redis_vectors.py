@@ -71,7 +71,7 @@ class VectorSets:
         return self.k("v", scope)
 
     def add(self, pipe, key: str, text: str) -> None:
-        """Queue the vector of record ``text`` (JSON, checked by encode_record) on ``pipe``."""
+        """Queue the vector of record ``text`` (JSON, checked as a CacheRecord) on ``pipe``."""
         try:
             rec = json.loads(text)
             scope, blob = rec["scope"], base64.b64decode(rec["embedding"])  # little-endian float32: VADD's FP32

@@ -19,6 +19,7 @@ from typing import NamedTuple, Protocol
 import numpy as np
 
 from engine.cache.embedder import EmbeddingIndex
+from engine.cache.records import CacheRecord
 from engine.cache.store import SearchingStore, Store, Token
 from engine.errors import InvalidSettingError
 
@@ -34,15 +35,15 @@ MEMORY = "in-memory index"
 class Candidate(NamedTuple):
     key: str
     similarity: float  # exact cosine
-    record: dict | None  # the record when the search already read it
+    record: CacheRecord | None  # the record when the search already read it
 
 
-def fits(key: str, rec: dict, dim: int) -> bool:
+def fits(key: str, rec: CacheRecord, dim: int) -> bool:
     """The record's embedding has the embedder's dimension (else it is skipped, with a warning)."""
-    if rec["embedding"].shape == (dim,):
+    if rec.embedding.shape == (dim,):
         return True
     log.warning("semantic cache: entry %s has a %d-d embedding, the embedder gives %d-d; skipped",
-                key, rec["embedding"].shape[0], dim)
+                key, rec.embedding.shape[0], dim)
     return False
 
 
@@ -53,10 +54,12 @@ class Index(Protocol):
     token: Token | None
 
     def refresh(self, live: int | None = None) -> None:
-        """Catch up with the store (``live``: its record count, when the caller knows it)."""
+        """Catch up with the store's logged changes; with ``live`` (its record count, when the caller counted)
+        also with what it dropped without a log entry (TTL, eviction)."""
 
     def search(self, scope: str, query: np.ndarray, floor: float) -> list[Candidate]:
-        """The best :data:`TOP` candidates of ``scope``, best first; those below ``floor`` may be left out."""
+        """The best :data:`TOP` candidates of ``scope``, best first; those below ``floor`` may be left out.
+        Searches what the index holds now: the caller refreshes first when it wants other instances' writes."""
 
     def wrote(self, scope: str, key: str, vec: np.ndarray, token: Token | None) -> None:
         """This instance stored ``key``; ``token``: what the store's put gave."""
@@ -101,12 +104,11 @@ class MirrorIndex:
                     self._add(self._index, key, rec)
         self.token = token
 
-    def _add(self, index: EmbeddingIndex, key: str, rec: dict) -> None:
+    def _add(self, index: EmbeddingIndex, key: str, rec: CacheRecord) -> None:
         if fits(key, rec, self._dim):
-            index.add(rec["scope"], key, rec["embedding"])
+            index.add(rec.scope, key, rec.embedding)
 
     def search(self, scope: str, query: np.ndarray, floor: float) -> list[Candidate]:
-        self._sync()
         return [Candidate(key, sim, None) for key, sim in self._index.search(scope, query, TOP)]
 
     def wrote(self, scope: str, key: str, vec: np.ndarray, token: Token | None) -> None:
@@ -143,7 +145,7 @@ class ServerIndex:
             if rec is None:
                 gone.append(key)  # expired or moved aside: its vector is an orphan
             elif fits(key, rec, self._dim):
-                sim = float(np.einsum("nd,d->n", rec["embedding"][None, :], query)[0])  # as EmbeddingIndex does
+                sim = float(np.einsum("nd,d->n", rec.embedding[None, :], query)[0])  # as EmbeddingIndex does
                 out.append(Candidate(key, min(1.0, sim), rec))
         if gone:
             self._store.forget(scope, gone)

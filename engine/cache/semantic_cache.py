@@ -8,9 +8,12 @@ every token, see ChatEngine._check); in ``direct`` mode an exact hit is served a
 
 Storage is a :class:`engine.cache.store.Store` (diskcache directory or a shared Redis). The semantic search
 (:mod:`engine.cache.search`) runs on a Redis 8 server (vector sets), or else in this instance's memory, kept
-up to date with what the store says changed since its last look, so another process's or another machine's
-writes show up at the next lookup. When the store is
-unreachable a lookup is a miss with the reason, a store is skipped, and ``stats()["warning"]`` says why;
+up to date with what the store says changed since its last look: each lookup first catches up with the store's
+change log (``Index.refresh``), so another process's or another machine's writes show up at the next lookup.
+Entries the store drops on its own (TTL, the size limit) log no change; :meth:`SemanticCache.refresh` finds those
+by counting the store, which costs a pass over it, so it runs at ``stats()``, not at every lookup (a lookup
+skips and forgets a stale candidate it meets). When the store is
+unreachable a lookup is a miss with the reason, a store is skipped, and ``stats().warning`` says why;
 generation never waits on it. Only :class:`StoreUnavailable` is handled so; any other error is a bug and
 propagates.
 """
@@ -33,8 +36,9 @@ from engine.events import CacheEvent
 from engine.cache.backends import open_store
 from engine.cache.disk_store import DEFAULT_SIZE_LIMIT
 from engine.cache.guards import failed_guards, judge_may_overrule
-from engine.cache.records import BadRecord, check_vocab, encode_record
+from engine.cache.records import BadRecord, CacheRecord
 from engine.cache.search import SERVER_EF, Index, check_search, fits, index_for
+from engine.cache.stats import CacheEntry, CacheStats
 from engine.cache.store import Store, StoreUnavailable
 from engine.cache.keys import entry_key, make_scope, normalise_prompt
 from engine.cache.trust import Trust, check_secret
@@ -99,7 +103,7 @@ class SemanticCache:
         self._saved_s = 0.0
         self._problems: dict[str, str] = {}  # "read"/"write" -> the last failure of that kind, until one succeeds
         self._lock = threading.RLock()  # one instance may serve several UI threads
-        self._safely("open", self._refresh, None)
+        self._safely("open", lambda: self._ready().refresh(), None)
 
     # ---- plumbing -------------------------------------------------------------------------------
     _WRITES = ("store", "delete", "clear")
@@ -139,24 +143,22 @@ class SemanticCache:
             self._index = index_for(self._store, self._dim, self._search, self._ef)
         return self._index
 
-    def _refresh(self, live: int | None = None) -> None:
-        """Bring the index up to date with the store (other instances' writes included)."""
-        self._ready().refresh(live)
-
     def _embed(self, text: str) -> np.ndarray:
         return normalise_rows(self._embedder.encode([text]))[0]  # (d,)
 
-    def _expired(self, rec: dict) -> bool:
+    def _expired(self, rec: CacheRecord) -> bool:
         """Older than the TTL by our clock (the store's own expiry runs on the real one)."""
-        return self.ttl_s is not None and self._clock() - rec["created"] >= self.ttl_s
+        return self.ttl_s is not None and self._clock() - rec.created >= self.ttl_s
 
-    def _usable(self, key: str, rec: dict | None, scope: str, vocab_size: int | None) -> bool:
-        if rec is None or rec["scope"] != scope or not fits(key, rec, self._dim):
-            return False
-        if self._expired(rec) or not self._trust.believes(key, rec, entry_key(rec["scope"], rec["prompt"])):
+    def _believed(self, key: str, rec: CacheRecord) -> bool:
+        """Live by our clock, and trusted: under its own prompt's key and, with a secret, signed."""
+        return not self._expired(rec) and self._trust.believes(key, rec, entry_key(rec.scope, rec.prompt))
+
+    def _usable(self, key: str, rec: CacheRecord | None, scope: str, vocab_size: int | None) -> bool:
+        if rec is None or rec.scope != scope or not fits(key, rec, self._dim) or not self._believed(key, rec):
             return False
         try:
-            check_vocab(rec, vocab_size)
+            rec.check_vocab(vocab_size)
         except BadRecord as err:
             log.warning("semantic cache: entry %s skipped: %s", key, err)
             return False
@@ -187,6 +189,7 @@ class SemanticCache:
             why = "verify mode: the target checks the cached answer" if mode == "verify" else untrusted
             return _hit("exact", key, rec, 1.0, why, needs_check=bool(why))
         index = self._ready()
+        index.refresh()  # catch up with the store's change log: other instances' writes
         for cand, sim, rec in index.search(scope, self._embed(prompt), threshold):
             if sim < threshold:
                 break
@@ -196,9 +199,8 @@ class SemanticCache:
                 continue
             if mode == "verify" or untrusted:
                 return _hit("verified", cand, rec, sim, untrusted)
-            reasons = failed_guards(rec["prompt"], prompt)
-            if reasons and judge is not None and judge_may_overrule(rec["prompt"], prompt) \
-                    and judge(rec["prompt"], prompt):
+            reasons = failed_guards(rec.prompt, prompt)
+            if reasons and judge is not None and judge_may_overrule(rec.prompt, prompt) and judge(rec.prompt, prompt):
                 return _hit("cached", cand, rec, sim, "the paraphrase judge overruled: " + "; ".join(reasons))
             return _hit("verified" if reasons else "cached", cand, rec, sim, "; ".join(reasons))
         return CacheHit("miss")
@@ -212,7 +214,8 @@ class SemanticCache:
             return False
         key, vec = entry_key(scope, prompt), self._embed(prompt)
         try:
-            text = encode_record(prompt, scope, answer, answer_token_ids, vec, self._clock(), meta, self._trust.secret)
+            record = CacheRecord.new(prompt, scope, answer, answer_token_ids, vec, self._clock(), meta)
+            text = (record.signed(self._trust.secret) if self._trust.secret is not None else record).to_json()
         except BadRecord as err:
             log.warning("semantic cache: answer not stored: %s", err)
             return False
@@ -237,39 +240,42 @@ class SemanticCache:
             self._ready().invalidate()
         self._safely("clear", wipe, None)
 
-    def entries(self, limit: int = 50) -> list[dict]:
-        """Newest first: key, prompt, answer preview, scope, created (unix seconds)."""
-        def collect() -> list[dict]:
-            recs = [{"key": k, "prompt": r["prompt"], "answer": r["answer"][:120], "scope": r["scope"],
-                     "created": r["created"]} for k, r in self._store.records()
-                    if not self._expired(r) and self._trust.believes(k, r, entry_key(r["scope"], r["prompt"]))]
-            return sorted(recs, key=lambda r: -r["created"])[:limit]
+    def entries(self, limit: int = 50) -> list[CacheEntry]:
+        """Newest first, the answers as a preview; only entries a lookup could use (live and trusted)."""
+        def collect() -> list[CacheEntry]:
+            found = [CacheEntry(k, r.prompt, r.answer[:120], r.created, r.scope)
+                     for k, r in self._store.records() if self._believed(k, r)]
+            return sorted(found, key=lambda e: -e.created)[:limit]
         return self._safely("listing", collect, [])
 
     def __len__(self) -> int:
-        """Live entries in the store. Also resyncs the index when TTL or the size limit removed entries."""
-        def count() -> int:
-            n = self._store.count()
-            self._refresh(n)
-            return n
-        return self._safely("count", count, 0)
+        """Live entries in the store. Only counts: the index is left as it is (see :meth:`refresh`)."""
+        return self._safely("count", self._store.count, 0)
+
+    def refresh(self) -> int:
+        """Bring the index fully up to date with the store, and give the store's live entry count: besides
+        the logged changes a lookup catches up with, this finds the entries TTL or the size limit removed
+        without a log entry (they make the count differ from the index). Costs a pass over the store."""
+        def sync() -> int:
+            live = self._store.count()
+            self._ready().refresh(live)
+            return live
+        return self._safely("refresh", sync, 0)
 
     def record_saved(self, seconds: float) -> None:
         """The caller reports generation time that a hit saved."""
         with self._lock:
             self._saved_s += max(0.0, float(seconds))
 
-    def stats(self) -> dict:
+    def stats(self) -> CacheStats:
+        """The counters since this instance opened, and the store's live entries (after :meth:`refresh`)."""
+        entries = self.refresh()
         with self._lock:
             counts, saved_s = Counter(self._counts), self._saved_s
-        hits = {o: counts[o] for o in OUTCOMES if o != "miss"}
         lookups = sum(counts.values())
-        out = {"lookups": lookups, "hits": hits, "misses": counts["miss"],
-               "hit_rate": (lookups - counts["miss"]) / lookups if lookups else 0.0,
-               "time_saved_s": saved_s, "entries": len(self), "backend": self.location, "search": self.search}
-        if self.problem:
-            out["warning"] = self.problem
-        return out
+        return CacheStats(entries=entries, lookups=lookups, hits={o: counts[o] for o in OUTCOMES if o != "miss"},
+                          misses=counts["miss"], hit_rate=(lookups - counts["miss"]) / lookups if lookups else 0.0,
+                          time_saved_s=saved_s, warning=self.problem, backend=self.location, search=self.search)
 
     def close(self) -> None:
         self._store.close()
@@ -281,6 +287,7 @@ class SemanticCache:
         self.close()
 
 
-def _hit(outcome: str, key: str, rec: dict, sim: float, reason: str = "", needs_check: bool = False) -> CacheHit:
-    return CacheHit(outcome, key, rec["prompt"], rec["answer"], tuple(rec["answer_token_ids"]), sim, reason,
-                    rec.get("meta") or None, needs_check)
+def _hit(outcome: str, key: str, rec: CacheRecord, sim: float, reason: str = "",
+         needs_check: bool = False) -> CacheHit:
+    return CacheHit(outcome, key, rec.prompt, rec.answer, rec.answer_token_ids, sim, reason,
+                    dict(rec.meta) or None, needs_check)

@@ -1,8 +1,9 @@
 """What the semantic cache asks of the place that keeps its records: the :class:`Store` verbs.
 
-A store keeps JSON records (see :mod:`engine.cache.records`) under entry keys and knows nothing about
-embeddings, scopes or guards; :class:`engine.cache.semantic_cache.SemanticCache` does all that on top of any
-store. :class:`engine.cache.disk_store.DiskStore` keeps them in a diskcache directory,
+A store keeps JSON records (the wire format of :class:`engine.cache.records.CacheRecord`) under entry keys,
+hands them back as checked ``CacheRecord`` values, and knows nothing about embeddings, scopes or guards;
+:class:`engine.cache.semantic_cache.SemanticCache` does all that on top of any store.
+:class:`engine.cache.disk_store.DiskStore` keeps them in a diskcache directory,
 :class:`engine.cache.redis_store.RedisStore` in a Redis server shared by many app instances, and
 :class:`engine.cache.readonly_store.ReadOnlyDiskStore` serves a directory this process may not write;
 :func:`engine.cache.backends.open_store` picks one from a location.
@@ -16,6 +17,8 @@ from collections.abc import Hashable, Iterator
 from typing import Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
+
+from engine.cache.records import CacheRecord
 
 Token: TypeAlias = Hashable
 """A store's change token: opaque to the cache, compared only for equality (a counter, a stream id)."""
@@ -47,7 +50,7 @@ class Store(Protocol):
     """Whether other machines' programs write here too (Redis): the cache then trusts a record only when it
     carries a valid signature (engine/cache/records.py), and serves nothing unverified without one."""
 
-    def get(self, key: str) -> dict | None:
+    def get(self, key: str) -> CacheRecord | None:
         """A checked record, or None: missing, expired, or malformed (skipped and set aside with a warning)."""
 
     def put(self, key: str, text: str, ttl_s: float | None, after: Token | None) -> Token | None:
@@ -60,7 +63,7 @@ class Store(Protocol):
     def clear(self) -> None:
         """Remove every record."""
 
-    def records(self) -> Iterator[tuple[str, dict]]:
+    def records(self) -> Iterator[tuple[str, CacheRecord]]:
         """Every live, well-formed record as (key, record)."""
 
     def count(self) -> int:
@@ -86,7 +89,7 @@ class SearchingStore(Store, Protocol):
     def similar(self, scope: str, query: np.ndarray, count: int, ef: int) -> list[tuple[str, float]]:
         """The ``count`` nearest (entry key, approximate cosine) of ``scope``, best first."""
 
-    def get_many(self, keys: list[str]) -> list[dict | None]:
+    def get_many(self, keys: list[str]) -> list[CacheRecord | None]:
         """:meth:`get` for several keys in one round trip."""
 
     def forget(self, scope: str, keys: list[str]) -> int:

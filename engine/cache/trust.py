@@ -1,10 +1,10 @@
 """Which cache records may be believed, and which may be served without the target checking them.
 
-A record is well-formed or not (:func:`engine.cache.records.decode_record`); whether it is *honest* depends on
-who can write the store. A local directory is written by its user: direct mode may serve its hits as they
-are. A shared store (Redis) is written by every instance that has its URL, so without a secret nothing from it
+A record is well-formed or not (:class:`engine.cache.records.CacheRecord` checks itself); whether it is
+*honest* depends on who can write the store. A local directory is written by its user: direct mode may serve
+its hits as they are. A shared store (Redis) is written by every instance that has its URL, so without a secret nothing from it
 is served unverified: every hit goes to the target as a draft. With a secret the instances share, every record
-is signed (HMAC-SHA256, :func:`engine.cache.records.record_mac`) and one that is unsigned, signed with
+is signed (HMAC-SHA256, :meth:`engine.cache.records.CacheRecord.mac_for`) and one that is unsigned, signed with
 another key, altered, or moved under another prompt's key is refused with a warning (once per entry), whatever
 the store and the mode.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from engine.cache.records import signed_by
+from engine.cache.records import CacheRecord
 from engine.errors import InvalidSettingError
 
 log = logging.getLogger(__name__)
@@ -46,12 +46,12 @@ class Trust:
             return ""
         return "a shared cache without a secret (--cache-secret): the target verifies every hit"
 
-    def believes(self, key: str, rec: dict, entry_key: str) -> bool:
+    def believes(self, key: str, rec: CacheRecord, entry_key: str) -> bool:
         """Whether ``rec``, found under ``key``, may be used: it must sit under its own prompt's key
         (``entry_key``, computed by the caller) and, with a secret, carry a valid signature."""
         if key != entry_key:
             problem = "it sits under another prompt's key"
-        elif self.secret is not None and not signed_by(rec, self.secret):
+        elif self.secret is not None and not rec.is_signed_by(self.secret):
             problem = "its signature does not check (unsigned, another key, or altered)"
         else:
             return True

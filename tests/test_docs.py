@@ -163,13 +163,15 @@ def path_problems(text: str) -> list[str]:
     return problems
 
 
+def matching_spans(text: str, pattern: re.Pattern) -> list[re.Match]:
+    """The page's inline code spans that are wholly a ``pattern``."""
+    return [m for m in map(pattern.match, code_spans(text)[1]) if m]
+
+
 def name_problems(text: str) -> list[str]:
     problems = []
-    for span in code_spans(text)[1]:
-        match = DOTTED.match(span)
-        if not match:
-            continue
-        parts = match.group(1).split(".")
+    for match in matching_spans(text, DOTTED):
+        span, parts = match.string, match.group(1).split(".")
         cut = max((i for i in range(1, len(parts) + 1) if our_module_file(".".join(parts[:i])).is_file()),
                   default=0)
         if cut == 0:
@@ -190,11 +192,8 @@ def name_problems(text: str) -> list[str]:
 def class_problems(text: str) -> list[str]:
     """A class named in backticks (``ChatEngine``, ``ModelRunner.rollback``) is one of ours, with that member."""
     problems = []
-    for span in code_spans(text)[1]:
-        match = CLASS.match(span)
-        if not match:
-            continue
-        name, member = match.groups()
+    for match in matching_spans(text, CLASS):
+        span, (name, member) = match.string, match.groups()
         classes = our_classes().get(name)
         if not classes:
             problems.append(f"`{span}`: no class {name} in engine/, app/ or bench/")

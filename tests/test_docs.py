@@ -36,6 +36,7 @@ FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^#{1,6} (.+)$", re.MULTILINE)
 DOTTED = re.compile(r"^((?:engine|app|bench)(?:\.\w+)+)(?:\(.*\))?$")
+LAYOUT_ROW = re.compile(r"^([\w.]+/(?:[\w.]+/)*|[\w.]+\.py) {2,}", re.MULTILINE)  # a folder tree's rows
 CLASS = re.compile(r"^([A-Z][a-z0-9]+[A-Z]\w*)(?:\.(\w+))?(?:\(.*\))?$")  # ChatEngine, ModelRunner.rollback
 
 
@@ -150,8 +151,11 @@ def expand_braces(path: str) -> list[str]:
 
 
 def path_problems(text: str) -> list[str]:
-    problems = []
-    for span in code_spans(text)[1]:
+    """Paths in backticks, and the rows of a folder tree in a fenced block (``engine/decode/   the loop ...``)."""
+    blocks, inline = code_spans(text)
+    problems = [f"folder tree: no {row}" for block in blocks for row in LAYOUT_ROW.findall(block)
+                if not (REPO / row).exists()]
+    for span in inline:
         file, _, test = span.partition("::")
         if " " in span or file.split("/")[0] not in ROOT_ENTRIES or ("/" not in file and "." not in file):
             continue
@@ -248,12 +252,14 @@ def test_the_checks_catch_a_broken_command_flag_path_name_and_link():
               "`tests/test_docs.py::test_that_was_never_written`, call `engine.divergence.no_such_function()`,\n"
               "`ChatEngine.no_such_method` of `NoSuchEngine`,\n"
               "see [the engine](docs/engine.md#no-such-heading) and [gone](docs/gone.md).\n"
-              "```bash\npython -m bench.cache.evaluate --pairs x.jsonl \\\n    --judge-typo 1\n```\n")
+              "```bash\npython -m bench.cache.evaluate --pairs x.jsonl \\\n    --judge-typo 1\n```\n"
+              "```\nengine/decode/   the loop\nengine/gone/     was here\n```\n")
     assert page_problems(README, broken) == [
         "python -m bench.cache.evaluate: no option --judge-typo",
         "python -m bench.speed.nope: no such command line in the repo",
         "python -m bench.speed.modes: no option --no-such-flag",
         "python launch.py: no option --prot",
+        "folder tree: no engine/gone/",
         "`engine/decode/gone.py`: no such path",
         "`tests/test_docs.py::test_that_was_never_written`: no such test in tests/test_docs.py",
         "`engine.divergence.no_such_function()`: no_such_function is not defined there",

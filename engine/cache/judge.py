@@ -31,7 +31,7 @@ EXAMPLES = (
 )
 # P(yes) above which a model's verdict serves a hit, per (model, precision): quantisation shifts P(yes), so a
 # threshold holds only for the precision it was measured at. Chosen from P(yes) on the pairs of
-# ../shared/eval/paraphrases.jsonl and tests/data/paraphrases_heldout2.jsonl (README, "Direct mode"), measured
+# ../shared/eval/paraphrases.jsonl and tests/data/paraphrases_heldout2.jsonl (docs/cache.md, "Direct mode"), measured
 # at bf16. A (model, precision) without an entry never judges: an uncalibrated verdict could serve a wrong
 # answer, so the hits it would have judged are verified by the target instead (see uncalibrated_note).
 YES_THRESHOLDS: dict[tuple[str, str], float] = {

@@ -26,7 +26,7 @@ from redis.commands.vectorset.commands import QuantizationOptions
 QUANTISATION = QuantizationOptions.Q8
 # HNSW exploration factor of an insert: 100 inserts twice as fast as the default 200 (on 2 busy cores), and
 # lookups at EF >= 50 still found what the exact scan finds on every eval pair; at 40 they did not, even at
-# EF 800 (bench.cache.evaluate --exactness, README). CAS lets the server search the neighbours in a thread.
+# EF 800 (bench.cache.evaluate --exactness, docs/cache.md). CAS lets the server search the neighbours in a thread.
 BUILD_EF = 100
 SWEEP_CHUNK = 200  # hash fields checked per sweep step (a step runs every 100 writes)
 # drop each (key, vector set) pair whose record is gone: KEYS = hash, order, then entry key and vector set

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 TOP = 8  # candidates the cache looks at, best first
 SERVER_COUNT = 32  # neighbours asked of the server
-SERVER_EF = 200  # HNSW exploration factor of a lookup: 4x the smallest EF exact on the eval pairs (README)
+SERVER_EF = 200  # HNSW exploration factor of a lookup: 4x the smallest EF exact on the eval pairs (docs/cache.md)
 INT8_MARGIN = 0.03  # an int8 cosine is within this of the float32 one (measured max ~0.01 on MiniLM vectors)
 MEMORY = "in-memory index"
 

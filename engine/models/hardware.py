@@ -3,7 +3,7 @@
 The kind comes from detected features only: CUDA, else MPS, else torch's CPU capability (which follows
 ``ATEN_CPU_CAPABILITY``) and the /proc/cpuinfo flags, capped by ``ONEDNN_MAX_CPU_ISA`` (oneDNN runs the bf16
 matmuls; capped at AVX2 it has no native bf16). ``AUTO_PRECISION`` holds the measured choice per kind
-(``python -m bench.speed.forward``; numbers in the README).
+(``python -m bench.speed.forward``; numbers in docs/models.md).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 MACHINE_KINDS = ("cuda", "mps", "amx", "avx512-bf16", "avx512", "avx2", "baseline")
 ROLES = ("target", "draft")
 
-# (target, draft) per machine kind (python -m bench.speed.forward, numbers in the README):
+# (target, draft) per machine kind (python -m bench.speed.forward, numbers in docs/models.md):
 # - The target is never int8-dynamic: its per-forward activation scale makes a token's logits depend on the
 #   other tokens of the verify forward, so the loop would not be lossless (engine/models/int8_weight.py).
 # - Every CPU target is batch-invariant (int4 or int8-weight with eager attention: bit-for-bit the target-only

@@ -148,7 +148,7 @@ def hub_source(repo_id: str) -> str:
 def attention_for(device: torch.device) -> str:
     """``eager`` on CPU: each query row of a verify forward is computed exactly as that token fed alone, so the
     greedy loop is bit-for-bit the target's (``sdpa`` differs by a bf16 step between the two shapes). It costs no
-    more than sdpa on CPU (numbers in the README). GPUs keep sdpa: their kernels are not batch-invariant anyway."""
+    more than sdpa on CPU (numbers in docs/models.md). GPUs keep sdpa: their kernels are not batch-invariant anyway."""
     return "eager" if device.type == "cpu" else "sdpa"
 
 

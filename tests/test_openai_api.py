@@ -15,44 +15,11 @@ from app.context import AppContext
 from app.api.openai_routes import add_openai_routes
 from app.api.openai_format import OPENAI_TEMPERATURE, Release
 from engine.config import DEFAULT_CACHE, DEFAULT_SAMPLING, DEFAULT_SPEC, SamplingConfig
-from engine.errors import EmptyPromptError
-from engine.events import CacheEvent, DoneEvent, StatsEvent, TokenEvent
-from engine.surface import PairInfo
-from tests.test_render import FakeEngine as ReplayEngine
+from engine.events import CacheEvent, DoneEvent, StatsEvent
+from tests.fakes import PIECES, PiecesEngine
+from tests.fakes import piece as tok
 
-PIECES = [("Hello", "accepted"), (" wor", "corrected"), ("ld", "bonus"), ("! END", "accepted"), (" more", "target")]
-
-
-def tok(text, kind="accepted", i=0):
-    return TokenEvent(token_id=i, text=text, kind=kind, step=i, t=0.0, p_target=0.5, q_draft=0.25)
-
-
-class FakeEngine(ReplayEngine):
-    """Replays PIECES, honours cancel between tokens, records what it was asked. The prompt's length comes on
-    the DoneEvent only: the API must not read the prompt apart from the generation."""
-    PROMPT_TOKENS = 3
-
-    def __init__(self):
-        super().__init__([], cache=False)
-
-    def info(self):
-        return PairInfo(target="tgt", draft="drf", target_precision="bf16", draft_precision="nf4", device="cpu")
-
-    def generate(self, messages, sampling, spec, *, cache=DEFAULT_CACHE, cancel=None):
-        self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache))
-        if not messages[-1]["content"].strip():
-            raise EmptyPromptError("the message is empty: type something to ask")
-        yield CacheEvent("off")
-        ids = []
-        for i, (text, kind) in enumerate(PIECES):
-            if cancel is not None and cancel.is_set():
-                break
-            ids.append(i)
-            yield tok(text, kind, i)
-        stats = StatsEvent(steps=2, new_tokens=len(ids), proposed=4, accepted=3, elapsed_s=0.1, k=4)
-        reason = "cancelled" if len(ids) < len(PIECES) else "length"
-        yield DoneEvent(reason, "".join(t for t, _ in PIECES[:len(ids)]), tuple(ids), stats,
-                        prompt_tokens=self.PROMPT_TOKENS)
+FakeEngine = PiecesEngine  # what most tests here ask
 
 
 def client(api_key=None):

@@ -3,7 +3,7 @@ import gradio as gr
 import pytest
 
 from app.settings import UISettings, sampling_config, spec_config
-from app.tabs.controls import create_cache_controls, create_decoding_panel
+from app.tabs.controls import create, create_cache_controls, create_decoding_panel, view_classes
 from engine.config import DEFAULT_CACHE, SamplingConfig, SpecConfig
 from engine.errors import InvalidSettingError
 from engine.surface import CacheInfo
@@ -37,3 +37,19 @@ def test_cache_controls_start_from_the_engine_cache_settings():
     assert on.cache_mode.value == DEFAULT_CACHE.mode
     assert off.cache_enabled.value is False and off.cache_enabled.interactive is False
     assert off.cache_threshold.value == DEFAULT_CACHE.threshold
+
+
+def test_the_controls_are_read_as_one_uisettings_by_their_field_names():
+    with gr.Blocks():
+        controls = create(CacheInfo(available=True, threshold=0.9))
+    named = controls.settings_fields()
+    assert list(named) == list(UISettings.__dataclass_fields__)
+    assert named["k"] is controls.decoding.k and named["cache_mode"] is controls.cache.cache_mode
+    chosen = UISettings(k=7, seed="5", temperature=0.5, cache_enabled=False, cache_threshold=0.8)
+    assert controls.read({named[name]: value for name, value in chosen.to_dict().items()}) == chosen
+
+
+def test_the_view_switches_add_classes_to_each_view_s_own():
+    assert view_classes(["race-answer"], True, "rendered") == ["race-answer"]
+    assert view_classes(["race-answer"], False, "tokens") == ["race-answer", "hide-rejected", "view-tokens"]
+    assert view_classes([], True, "tokens") == ["view-tokens"]

@@ -11,7 +11,7 @@ from app.context import AppContext
 from app.api.openai_routes import create_server
 from app.ui import build_demo, launch_kwargs
 from tests.server import serving
-from tests.test_render import FakeEngine
+from tests.fakes import FakeEngine
 
 KEY = "k3y-for-tests"
 # Gradio API endpoints that change the server's state, with inputs they accept

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 import urllib.request
 
 import pytest
@@ -15,44 +14,12 @@ from app.context import AppContext
 from app.api.openai_routes import add_openai_routes
 from app.api.openai_format import OPENAI_TEMPERATURE, Release
 from engine.config import DEFAULT_CACHE, DEFAULT_SAMPLING, DEFAULT_SPEC, SamplingConfig
-from engine.errors import EmptyPromptError
-from engine.events import CacheEvent, DoneEvent, StatsEvent, TokenEvent
-from engine.surface import PairInfo
-from tests.test_render import FakeEngine as ReplayEngine
+from engine.events import CacheEvent, DoneEvent, StatsEvent
+from tests.fakes import PIECES, PiecesEngine
+from tests.fakes import piece as tok
+from tests.server import serving
 
-PIECES = [("Hello", "accepted"), (" wor", "corrected"), ("ld", "bonus"), ("! END", "accepted"), (" more", "target")]
-
-
-def tok(text, kind="accepted", i=0):
-    return TokenEvent(token_id=i, text=text, kind=kind, step=i, t=0.0, p_target=0.5, q_draft=0.25)
-
-
-class FakeEngine(ReplayEngine):
-    """Replays PIECES, honours cancel between tokens, records what it was asked. The prompt's length comes on
-    the DoneEvent only: the API must not read the prompt apart from the generation."""
-    PROMPT_TOKENS = 3
-
-    def __init__(self):
-        super().__init__([], cache=False)
-
-    def info(self):
-        return PairInfo(target="tgt", draft="drf", target_precision="bf16", draft_precision="nf4", device="cpu")
-
-    def generate(self, messages, sampling, spec, *, cache=DEFAULT_CACHE, cancel=None):
-        self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache))
-        if not messages[-1]["content"].strip():
-            raise EmptyPromptError("the message is empty: type something to ask")
-        yield CacheEvent("off")
-        ids = []
-        for i, (text, kind) in enumerate(PIECES):
-            if cancel is not None and cancel.is_set():
-                break
-            ids.append(i)
-            yield tok(text, kind, i)
-        stats = StatsEvent(steps=2, new_tokens=len(ids), proposed=4, accepted=3, elapsed_s=0.1, k=4)
-        reason = "cancelled" if len(ids) < len(PIECES) else "length"
-        yield DoneEvent(reason, "".join(t for t, _ in PIECES[:len(ids)]), tuple(ids), stats,
-                        prompt_tokens=self.PROMPT_TOKENS)
+FakeEngine = PiecesEngine  # what most tests here ask
 
 
 def client(api_key=None):
@@ -244,7 +211,7 @@ class EndlessEngine(FakeEngine):
                 yield tok("la ", "target", n)
                 n += 1
                 self.started.set()
-                time.sleep(0.01)  # a step's worth of work
+                cancel.wait(0.01)  # a step's worth of work, cut short by a cancel (it synchronises nothing)
             self.finish = "cancelled"
             yield DoneEvent("cancelled", "la " * n, tuple(range(n)), StatsEvent(1, n, 0, 0, 0.1, 4),
                             prompt_tokens=self.PROMPT_TOKENS)
@@ -252,22 +219,86 @@ class EndlessEngine(FakeEngine):
             self.stopped.set()
 
 
+def _post(conn: socket.socket, body: dict, headers: bytes = b"") -> None:
+    data = json.dumps(body).encode()
+    conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n%s"
+                 b"Content-Length: %d\r\n\r\n%s" % (headers, len(data), data))
+
+
+def _port(url: str) -> int:
+    return int(url.rstrip("/").rsplit(":", 1)[1])
+
+
 def test_a_client_that_leaves_stops_a_non_streamed_generation():
     """A real server and a client that sends its request, waits until the answer is being generated, and hangs
     up: the generation must end (before the fix it ran on to max_tokens with nobody to read it)."""
-    from tests.server import serving
-
     engine = EndlessEngine()
     app = add_openai_routes(FastAPI(), AppContext(engine))
-    body = json.dumps(ask(max_tokens=8000)).encode()
     with serving(app) as url:
-        port = int(url.rstrip("/").rsplit(":", 1)[1])
-        with socket.create_connection(("127.0.0.1", port)) as conn:
-            conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        with socket.create_connection(("127.0.0.1", _port(url))) as conn:
+            _post(conn, ask(max_tokens=8000))
             assert engine.started.wait(60), "the generation never started"
         assert engine.stopped.wait(60), "the generation went on after its client left"
         assert engine.finish == "cancelled"
+
+
+def test_a_client_that_leaves_stops_a_streamed_generation():
+    """The streamed response: the client reads until its answer's first token has come, then hangs up; the
+    engine (stepped by Starlette's thread pool) is cancelled and ends its generation."""
+    engine = EndlessEngine()
+    app = add_openai_routes(FastAPI(), AppContext(engine))
+    with serving(app) as url:
+        with socket.create_connection(("127.0.0.1", _port(url))) as conn:
+            _post(conn, ask(max_tokens=8000, stream=True))
+            received = b""
+            while b'"content": "la ' not in received:  # the streamed response says the answer has begun
+                chunk = conn.recv(65536)
+                assert chunk, f"the server closed the stream before any token: {received[-500:]!r}"
+                received += chunk
+        assert engine.stopped.wait(60), "the generation went on after its client left"
+        assert engine.finish == "cancelled"
+
+
+@pytest.mark.parametrize("stop", [None, "ld!", ["END", "zzz"], "Hello"])
+def test_the_streamed_and_the_whole_answer_are_the_same_answer(stop):
+    """One path from events to both responses: the chunks add up to the whole body's text, speculation, finish
+    reason and usage, with or without a stop string (also one that cuts at the first token)."""
+    c, _ = client()
+    whole = c.post("/v1/chat/completions", json=ask(stop=stop)).json()
+    with c.stream("POST", "/v1/chat/completions", json=ask(stop=stop, stream=True)) as r:
+        r.read()
+    chunks = sse_chunks(r)
+    choice = whole["choices"][0]
+    assert "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks) == choice["message"]["content"]
+    assert [s for ch in chunks for s in ch["choices"][0]["speculation"]] == choice["speculation"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == choice["finish_reason"]
+    assert chunks[-1]["usage"] == whole["usage"]
+    assert chunks[0]["x_cache"] == whole["x_cache"] and whole["x_cache"]["outcome"] == "off"
+
+
+class FailingEngine(FakeEngine):
+    """Two tokens, then the engine fails (a bug, a device error) after the response has begun."""
+
+    def generate(self, messages, sampling, spec, *, cache=DEFAULT_CACHE, cancel=None):
+        yield CacheEvent("off")
+        yield tok("Hello", "accepted", 0)
+        yield tok(" wor", "corrected", 1)
+        raise RuntimeError("the device fell over")
+
+
+def test_a_generation_that_fails_mid_stream_says_so_and_ends_the_stream():
+    app = add_openai_routes(FastAPI(), AppContext(FailingEngine()))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        with c.stream("POST", "/v1/chat/completions", json=ask(stream=True)) as r:
+            r.read()
+    chunks = sse_chunks(r)  # ends with [DONE]
+    errors = [ch["error"] for ch in chunks if "error" in ch]
+    assert len(errors) == 1 and errors[0]["type"] == "server_error"
+    assert errors[0]["message"] == "generation failed: the device fell over"
+    answer = [ch for ch in chunks if "choices" in ch]
+    assert "".join(ch["choices"][0]["delta"].get("content", "") for ch in answer) == "Hello wor"
+    assert answer[-1]["choices"][0]["finish_reason"] == "stop"
+    assert answer[-1]["usage"]["completion_tokens"] == 2 and answer[-1]["usage"]["prompt_tokens"] == 0
 
 
 def test_api_key_is_required_when_set():
@@ -282,22 +313,16 @@ def test_api_key_is_required_when_set():
 KEY = "test-key-123"
 
 
-class LiveUrl(str):
-    """The server's URL, and its log file as ``.log``."""
-
-
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory):
-    """launch.py with the key from a file (so it is not on the command line); the log is at launch.log."""
+    """launch.py with the key from a file (so it is not on the command line)."""
     from tests.server import SMOL_PAIR, launched
 
     cache_dir = tmp_path_factory.mktemp("speclens-api")
     key_file = tmp_path_factory.mktemp("secrets") / "api-key"
     key_file.write_text(KEY + "\n")
     with launched(cache_dir, *SMOL_PAIR, "--api-key-file", str(key_file)) as url:
-        live = LiveUrl(url)
-        live.log = cache_dir / "launch.log"
-        yield live
+        yield url
 
 
 @pytest.mark.real
@@ -327,24 +352,47 @@ def test_openai_client_chats_like_the_app(live_server):
         openai.OpenAI(base_url=f"{live_server}v1", api_key="wrong").models.list()
 
 
+class Watched:
+    """An engine's ``generate``, watched from the test: ``started`` once its first token is out, ``stopped`` once
+    the generation has ended (its DoneEvent in ``done``). Synchronisation by events, not by sleeping."""
+
+    def __init__(self, generate):
+        self.inner = generate
+        self.started, self.stopped, self.done = threading.Event(), threading.Event(), None
+
+    def __call__(self, *args, **kwargs):
+        try:
+            for event in self.inner(*args, **kwargs):
+                if event.type == "done":
+                    self.done = event
+                yield event
+                if event.type == "token":
+                    self.started.set()
+        finally:
+            self.stopped.set()
+
+
 @pytest.mark.real
-def test_a_client_that_leaves_stops_its_answer_on_the_real_server(live_server):
-    """launch.py on real weights: a non-streamed request whose client hangs up stops generating (the server
-    logs how many tokens it made, fewer than asked) and the server goes on answering."""
-    port = int(live_server.rstrip("/").rsplit(":", 1)[1])
+def test_a_client_that_leaves_stops_its_answer_on_real_weights(real_models):
+    """The real engine (SmolLM2-135M) behind the app's whole server (create_server with the UI, as launch.py
+    builds it): a non-streamed request whose client hangs up once its answer is being generated stops
+    generating, cancelled with fewer tokens than asked, and the server goes on answering."""
+    from app.api.openai_routes import create_server
+    from app.ui import build_demo, launch_kwargs
+
+    engine = real_models.engine("smollm2-135m-instruct", "bf16", "smollm2-135m-instruct", "bf16")
+    engine.generate = watched = Watched(engine.generate)  # the app reads engine.generate: this is what it calls
+    ctx = AppContext(engine)
+    demo = build_demo(ctx)
+    demo.queue(default_concurrency_limit=1)
     prompt = "Count from 1 to 5000, one number per line."
-    body = json.dumps(ask(max_tokens=4000, temperature=0, messages=[{"role": "user", "content": prompt}])).encode()
-    before = live_server.log.read_text().count("the client left")
-    with socket.create_connection(("127.0.0.1", port)) as conn:
-        conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
-                     b"Authorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s" % (KEY.encode(), len(body), body))
-        time.sleep(3)  # pacing only, so the request is read and generating before the hang-up; nothing is timed
-    deadline = time.monotonic() + 300
-    while live_server.log.read_text().count("the client left") == before:
-        assert time.monotonic() < deadline, "the generation did not stop after its client left"
-        time.sleep(0.5)
-    line = [x for x in live_server.log.read_text().splitlines() if "the client left" in x][-1]
-    assert int(line.split("stopped after ")[1].split()[0]) < 4000, line
-    models = urllib.request.Request(f"{live_server}v1/models", headers={"Authorization": f"Bearer {KEY}"})
-    with urllib.request.urlopen(models, timeout=60) as r:
-        assert r.status == 200
+    with serving(create_server(ctx, demo, KEY, **launch_kwargs())) as url:
+        with socket.create_connection(("127.0.0.1", _port(url))) as conn:
+            _post(conn, ask(max_tokens=4000, temperature=0, messages=[{"role": "user", "content": prompt}]),
+                  b"Authorization: Bearer %s\r\n" % KEY.encode())
+            assert watched.started.wait(300), "the generation never started"
+        assert watched.stopped.wait(300), "the generation did not stop after its client left"
+        assert watched.done.finish_reason == "cancelled" and 0 < len(watched.done.token_ids) < 4000
+        models = urllib.request.Request(f"{url}v1/models", headers={"Authorization": f"Bearer {KEY}"})
+        with urllib.request.urlopen(models, timeout=60) as r:
+            assert r.status == 200

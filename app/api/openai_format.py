@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict
 
 from engine.errors import InvalidSettingError
+from engine.events import DoneEvent
 
 FINISH = {"eos": "stop", "length": "length", "cancelled": "stop"}
 OPENAI_TEMPERATURE = 1.0  # OpenAI's default when a request names none (every other default is the engine's)
@@ -125,6 +126,55 @@ class Release:
                 break
             self.n_released += 1
         return delta, entries
+
+
+@dataclass
+class Answer:
+    """One generation's events as the client receives them, fed one at a time: the text and speculation entries
+    each event releases (``Release`` holds them back near a stop string and cuts at one), the cache outcome,
+    and from the last event the finish reason and usage. The whole and the streamed response are both made
+    from it, so they cannot disagree."""
+    release: Release
+    cache: dict | None = None
+    done: DoneEvent | None = None  # the last event, once it came
+    n_tokens: int = 0  # tokens released so far (a cut token counts; the tokens after it never do)
+
+    def add(self, event) -> tuple[str, list[dict]]:
+        """The text and speculation entries that ``event`` releases (nothing once a stop string has cut)."""
+        if event.type == "token":
+            return self._count(self.release.add(event))
+        if event.type == "cache":
+            self.cache = event.to_dict()
+        elif event.type == "done":
+            self.done = event
+        return "", []
+
+    def finish(self) -> tuple[str, list[dict]]:
+        """What is still held back, released at the end."""
+        return self._count(self.release.finish())
+
+    @property
+    def stopped(self) -> bool:
+        """A stop string was found: the engine should stop at its next step."""
+        return self.release.cut is not None
+
+    @property
+    def text(self) -> str:
+        return self.release.released_text
+
+    def finish_reason(self) -> str:
+        if self.stopped or self.done is None:
+            return "stop"
+        return FINISH.get(self.done.finish_reason, "stop")
+
+    def usage(self) -> dict:
+        if self.done is None:  # the generation failed mid-stream
+            return usage(0, self.n_tokens, None)
+        return usage(self.done.prompt_tokens, self.n_tokens, self.done.stats)
+
+    def _count(self, released: tuple[str, list[dict]]) -> tuple[str, list[dict]]:
+        self.n_tokens += len(released[1])
+        return released
 
 
 def usage(prompt_tokens: int, completion_tokens: int, stats) -> dict:

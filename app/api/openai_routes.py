@@ -10,28 +10,27 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import queue
 import threading
 from collections.abc import Iterator
+from itertools import chain
 
 import gradio as gr
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.routing import APIRoute
-from starlette.concurrency import run_in_threadpool
+from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.auth import API_PREFIX, BearerKeyMiddleware, gradio_login
+from app.api.openai_format import (OPENAI_TEMPERATURE, Answer, ChatCompletionRequest, Release, chunk_body,
+                                   completion_body, engine_messages, error_body, new_id, stop_strings,
+                                   validation_error_body)
 from app.context import AppContext
-from app.api.openai_format import (FINISH, OPENAI_TEMPERATURE, ChatCompletionRequest, Release, chunk_body,
-                               completion_body, engine_messages, error_body, new_id, stop_strings, usage,
-                               validation_error_body)
 from engine.config import DEFAULT_CACHE, DEFAULT_SAMPLING, DEFAULT_SPEC, SamplingConfig
 from engine.errors import EngineError
 
 log = logging.getLogger(__name__)
-_END = object()
 
 
 HTTP_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
@@ -60,10 +59,10 @@ def _sampling(req: ChatCompletionRequest) -> SamplingConfig:
 def _start(ctx: AppContext, req: ChatCompletionRequest, cancel: threading.Event):
     """Check the request and pull the engine's first event, so bad input fails before any response starts.
     The same default proposer, adaptive k and cache as a browser chat."""
-    messages, sampling, release = engine_messages(req), _sampling(req), Release(stop_strings(req))
+    messages, sampling, answer = engine_messages(req), _sampling(req), Answer(Release(stop_strings(req)))
     events = ctx.engine.generate(messages, sampling, DEFAULT_SPEC, cache=DEFAULT_CACHE, cancel=cancel)
     first = next(events)
-    return release, first, events
+    return answer, first, events
 
 
 def _model(ctx: AppContext) -> str:
@@ -71,25 +70,28 @@ def _model(ctx: AppContext) -> str:
     return pair["target"] if pair else "speclens"
 
 
+def released(answer: Answer, events: Iterator, cancel: threading.Event) -> Iterator[tuple[str, list[dict]]]:
+    """The one path from events to the response: what each event releases to the client (text, speculation
+    entries), when it releases anything. A stop string sets ``cancel``: the engine stops at its next step, and
+    its last events (the DoneEvent) still come through."""
+    for event in events:
+        delta, spec = answer.add(event)
+        if answer.stopped:
+            cancel.set()
+        if delta or spec:
+            yield delta, spec
+
+
 def run_completion(ctx: AppContext, req: ChatCompletionRequest, cancel: threading.Event) -> dict:
     """A whole answer as one chat.completion body; setting ``cancel`` stops the engine at its next step."""
-    release, first, events = _start(ctx, req, cancel)
-    speculation, cache, done = [], None, None
-    for event in _chain(first, events):
-        if event.type == "token":
-            speculation += release.add(event)[1]
-            if release.cut is not None:
-                cancel.set()  # a stop string: the engine stops at its next step
-        elif event.type == "cache":
-            cache = event.to_dict()
-        elif event.type == "done":
-            done = event
-    speculation += release.finish()[1]
-    if done.finish_reason == "cancelled" and release.cut is None:
-        log.warning("the client left before its answer was complete: stopped after %d tokens", len(done.token_ids))
-    finish = "stop" if release.cut is not None else FINISH.get(done.finish_reason, "stop")
-    return completion_body(new_id(), _model(ctx), release.released_text, finish, speculation,
-                           usage(done.prompt_tokens, len(speculation), done.stats), cache)
+    answer, first, events = _start(ctx, req, cancel)
+    speculation = [entry for _, spec in released(answer, chain([first], events), cancel) for entry in spec]
+    speculation += answer.finish()[1]
+    if answer.done.finish_reason == "cancelled" and not answer.stopped:
+        log.warning("the client left before its answer was complete: stopped after %d tokens",
+                    len(answer.done.token_ids))
+    return completion_body(new_id(), _model(ctx), answer.text, answer.finish_reason(), speculation, answer.usage(),
+                           answer.cache)
 
 
 async def while_connected(request: Request, cancel: threading.Event, work, *args):
@@ -107,61 +109,52 @@ async def while_connected(request: Request, cancel: threading.Event, work, *args
         watcher.cancel()
 
 
-def _chain(first, events: Iterator) -> Iterator:
-    yield first
-    yield from events
-
-
-def _pump(events: Iterator, out: queue.Queue) -> None:
-    """Run the engine's generator to its end on this thread, handing each event over."""
-    try:
-        for event in events:
-            out.put(event)
-    except Exception as err:  # the response has begun: no status is left to fail with, so the stream says it
-        log.exception("generation failed mid-stream")
-        out.put(err)
-    finally:
-        out.put(_END)
-
-
 def _sse(body: dict) -> str:
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
 
+def sse_chunks(answer: Answer, first, events: Iterator, cancel: threading.Event, cid: str,
+               model: str) -> Iterator[str]:
+    """The streamed response, one server-sent event at a time: the role (with the cache outcome, the ``first``
+    event), a chunk per release, the last chunk with the finish reason and usage, then ``data: [DONE]``."""
+    yield _sse(chunk_body(cid, model, {"role": "assistant", "content": ""},
+                          cache=first.to_dict() if first.type == "cache" else None))
+    try:
+        for delta, spec in released(answer, chain([first], events), cancel):
+            yield _sse(chunk_body(cid, model, {"content": delta}, spec))
+    except Exception as err:  # the response has begun: no status is left to fail with, so the stream says it
+        log.exception("generation failed mid-stream")
+        yield _sse(error_body(f"generation failed: {err}", "server_error"))
+    delta, spec = answer.finish()
+    yield _sse(chunk_body(cid, model, {"content": delta} if delta else {}, spec, answer.finish_reason(),
+                          answer.usage()))
+    yield "data: [DONE]\n\n"
+
+
+def _run_out(events: Iterator) -> None:
+    """Let a cancelled generation end its own way (its DoneEvent, the cache's bookkeeping), with nobody reading:
+    what a generation left by its client does in the non-streamed path too."""
+    try:
+        for _ in events:
+            pass
+    except Exception:  # nobody is left to tell
+        log.exception("generation failed after its client left")
+
+
 async def stream_completion(ctx: AppContext, req: ChatCompletionRequest):
-    """Server-sent chat.completion.chunk events, then ``data: [DONE]``. A client that goes away cancels."""
+    """Server-sent chat.completion.chunk events, then ``data: [DONE]``. A client that goes away cancels.
+    Each step of the engine runs on a worker thread (Starlette's ``iterate_in_threadpool``)."""
     cancel = threading.Event()
-    release, first, events = await run_in_threadpool(_start, ctx, req, cancel)
-    cid, model = new_id(), _model(ctx)
-    cache = first.to_dict() if first.type == "cache" else None
-    handoff: queue.Queue = queue.Queue()
+    answer, first, events = await run_in_threadpool(_start, ctx, req, cancel)
+    chunks = sse_chunks(answer, first, events, cancel, new_id(), _model(ctx))
 
     async def body():
-        n_tokens, done = 0, None
-        threading.Thread(target=_pump, args=(_chain(first, events), handoff), daemon=True).start()
         try:
-            yield _sse(chunk_body(cid, model, {"role": "assistant", "content": ""}, cache=cache))
-            while (event := await run_in_threadpool(handoff.get)) is not _END:
-                if isinstance(event, Exception):
-                    yield _sse(error_body(f"generation failed: {event}", "server_error"))
-                    break
-                if event.type == "done":
-                    done = event
-                elif event.type == "token" and release.cut is None:
-                    delta, spec = release.add(event)
-                    n_tokens += len(spec)
-                    if release.cut is not None:
-                        cancel.set()
-                    if delta or spec:
-                        yield _sse(chunk_body(cid, model, {"content": delta}, spec))
-            delta, spec = release.finish()
-            n_tokens += len(spec)
-            finish = "stop" if release.cut is not None or done is None else FINISH.get(done.finish_reason, "stop")
-            use = usage(done.prompt_tokens, n_tokens, done.stats) if done else usage(0, n_tokens, None)
-            yield _sse(chunk_body(cid, model, {"content": delta} if delta else {}, spec, finish, use))
-            yield "data: [DONE]\n\n"
-        finally:
-            cancel.set()  # the client left, or we are done: either way the engine stops
+            async for chunk in iterate_in_threadpool(chunks):
+                yield chunk
+        finally:  # the client left, or we are done: either way the engine stops at its next step
+            cancel.set()
+            asyncio.get_running_loop().run_in_executor(None, _run_out, events)
 
     return StreamingResponse(body(), media_type="text/event-stream")
 

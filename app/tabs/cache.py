@@ -7,11 +7,13 @@ whether there is a cache and where its entries live (password masked), ``cache_s
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import gradio as gr
 import pandas as pd
 
 from app import toast
+from app.context import AppContext
 from app.views.render import esc
 from engine.cache.store import StoreUnavailable
 from engine.surface import CacheEntry, CacheInfo, CacheStats, EngineSurface
@@ -20,17 +22,32 @@ RECENT = 50
 COLUMNS = ["created", "prompt", "answer", "key"]
 
 
-def create_cache_tab() -> dict:
-    summary = gr.HTML(elem_id="cache-summary")
-    table = gr.Dataframe(headers=COLUMNS, interactive=False, wrap=True, elem_id="cache-entries",
-                         label=f"Most recent entries (up to {RECENT})")
-    with gr.Row(equal_height=True):
-        pick = gr.Dropdown([], label="Entry", scale=4, elem_id="cache-pick")
-        delete = gr.Button("Delete entry", scale=1, elem_id="cache-delete")
-        clear = gr.Button("Clear all", variant="stop", scale=1, elem_id="cache-clear")
-        refresh = gr.Button("Refresh", scale=1, elem_id="cache-refresh")
-    return dict(cache_summary=summary, cache_table=table, cache_pick=pick, cache_delete=delete,
-                cache_clear=clear, cache_refresh=refresh)
+@dataclass(frozen=True)
+class CacheTab:
+    tab: gr.Tab  # selecting it refreshes the view
+    summary: gr.HTML
+    table: gr.Dataframe
+    pick: gr.Dropdown
+    delete: gr.Button
+    clear: gr.Button
+    refresh: gr.Button
+
+    def views(self) -> list:
+        """What ``cache_view`` fills, in its order."""
+        return [self.summary, self.table, self.pick]
+
+
+def create() -> CacheTab:
+    with gr.Tab("Cache", id="cache-tab") as tab:
+        summary = gr.HTML(elem_id="cache-summary")
+        table = gr.Dataframe(headers=COLUMNS, interactive=False, wrap=True, elem_id="cache-entries",
+                             label=f"Most recent entries (up to {RECENT})")
+        with gr.Row(equal_height=True):
+            pick = gr.Dropdown([], label="Entry", scale=4, elem_id="cache-pick")
+            delete = gr.Button("Delete entry", scale=1, elem_id="cache-delete")
+            clear = gr.Button("Clear all", variant="stop", scale=1, elem_id="cache-clear")
+            refresh = gr.Button("Refresh", scale=1, elem_id="cache-refresh")
+    return CacheTab(tab=tab, summary=summary, table=table, pick=pick, delete=delete, clear=clear, refresh=refresh)
 
 
 def _hits(hits) -> str:
@@ -97,3 +114,18 @@ def make_cache_handlers(engine: EngineSurface) -> dict:
         return cache_view(engine)
 
     return dict(refresh=refresh, delete=delete, clear=clear)
+
+
+def wire(ctx: AppContext, tab: CacheTab) -> None:
+    h = make_cache_handlers(ctx.engine)
+    tab.tab.select(h["refresh"], None, tab.views(), api_visibility="private")
+    tab.refresh.click(h["refresh"], None, tab.views(), api_name="cache_entries")
+    tab.delete.click(h["delete"], [tab.pick], tab.views(), api_name="cache_delete")
+    tab.clear.click(h["clear"], None, tab.views(), api_name="cache_clear")
+
+
+def refresh_after(ctx: AppContext, tab: CacheTab, events: list) -> None:
+    """After each of ``events`` (an answer that may have stored a new entry), the view shows the cache again."""
+    for event in events:
+        event.then(lambda: cache_view(ctx.engine), None, tab.views(), api_visibility="private",
+                   show_progress="hidden")

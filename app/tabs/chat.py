@@ -1,30 +1,110 @@
-"""Chat handlers: send, regenerate, stop, clear, export. They stream engine events into HTML."""
+"""The Chat tab: the conversation with each answer token coloured by how it was produced, and the live
+statistics beside it. Send, regenerate, stop, clear and export stream engine events into HTML."""
 from __future__ import annotations
 
 import contextlib
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from itertools import chain
 
 import gradio as gr
 
 from app import toast
-from app.components import read_settings
 from app.context import AppContext, session_id
-from app.views.render import error_html, error_message, info_html, render_user
+from app.examples import example_inputs, example_labels
 from app.settings import UISettings, cache_config, sampling_config, spec_config
-from app.views.stats import acceptance_frame, render_stats, speedup_frame
+from app.tabs.controls import Controls
+from app.tabs.engine_queue import ENGINE
 from app.turn import Turn, trace_document, write_trace
+from app.views.render import error_html, error_message, info_html, legend_html, render_user
+from app.views.stats import SERIES_COLORS, acceptance_frame, render_stats, speedup_frame
 from engine.errors import EngineError
 
 PLOT_EVERY_S = 1.0  # plots redraw at most this often while streaming; the numbers update every step
+# the speedup plot's "theory" line is engine.speed.costmodel.StepCosts.speedup at each k (not a closed formula)
+THEORY_CAPTION = ("theory: (1-α^(k+1))/(1-α) tokens per step over the step's k·t_draft + t_verify(k+1), "
+                  "times t_verify(1): this answer's α and draft time, and the measured verify curve t_verify(n) "
+                  "(a fitted line until two lengths are measured)")
 
 
-def _fail(elems: dict, err: EngineError) -> dict:
+@dataclass(frozen=True)
+class ChatTab:
+    chatbot: gr.Chatbot
+    error_box: gr.HTML  # the race and the pair panel say their errors here too
+    msg: gr.Textbox
+    send: gr.Button
+    stop: gr.Button
+    regen: gr.Button
+    clear: gr.Button
+    export: gr.Button
+    trace_file: gr.File
+    history: gr.State  # raw messages for the engine: [{"role", "content"}], no HTML
+    shown: gr.State  # the same messages as displayed: escaped HTML
+    trace: gr.State  # the last answer's trace document
+    stats: gr.HTML  # the numbers and the break-even meter; a pair load resets it
+    accept_plot: gr.BarPlot
+    speed_plot: gr.LinePlot
+
+
+def create(baseline: dict | None) -> ChatTab:
+    """The tab: the conversation on the left, the statistics of its last answer on the right."""
+    with gr.Tab("Chat", id="chat-tab"):
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=3, min_width=420):
+                chat = create_chat_panel(example_inputs(), example_labels())
+            with gr.Column(scale=2, min_width=340):
+                stats = create_stats_panel(render_stats(None, None, baseline))
+    return ChatTab(**chat, **stats)
+
+
+def answer_views(tab: ChatTab) -> list:
+    """The chat's answers with their own classes (none), for the "show rejected" and "answer view" switches."""
+    return [(tab.chatbot, [])]
+
+
+def create_chat_panel(examples: list[list[str]], labels: list[str]) -> dict:
+    """The chat's components by ChatTab field (the stats panel adds the rest)."""
+    gr.HTML(legend_html(), elem_id="legend")
+    chatbot = gr.Chatbot(elem_id="chat", height=470, render_markdown=False, sanitize_html=True,
+                         latex_delimiters=[], allow_tags=False, feedback_options=None, buttons=["copy"],
+                         group_consecutive_messages=False, label="Chat", show_label=False,
+                         placeholder="Ask something. Each answer token is coloured by how it was produced.")
+    error_box = gr.HTML(elem_id="error-box")
+    with gr.Row(equal_height=True):
+        # Gradio submits on Enter only when lines == 1 (with more lines it submits on Shift+Enter); max_lines > 1
+        # lets Shift+Enter add lines and the box grow up to that many
+        msg = gr.Textbox(placeholder="Message (Enter to send, Shift+Enter for a new line)", show_label=False,
+                         lines=1, max_lines=8, scale=6, elem_id="msg", autofocus=True)
+        send = gr.Button("Send", variant="primary", scale=1, elem_id="send", min_width=80)
+        stop = gr.Button("Stop", variant="stop", scale=1, elem_id="stop", min_width=80)
+    with gr.Row():
+        regen = gr.Button("↻ Regenerate", size="sm", elem_id="regenerate")
+        clear = gr.Button("Clear chat", size="sm", elem_id="clear")
+        export = gr.Button("Export trace (JSON)", size="sm", elem_id="export")
+    trace_file = gr.File(label="Speculation trace of the last answer", visible=False, elem_id="trace-file")
+    gr.Examples(examples, inputs=[msg], label="Examples (code and edits accept many draft tokens; poems and "
+                                             "random lists accept few)", example_labels=labels,
+                examples_per_page=8)
+    return dict(chatbot=chatbot, error_box=error_box, msg=msg, send=send, stop=stop, regen=regen, clear=clear,
+                export=export, trace_file=trace_file, history=gr.State([]), shown=gr.State([]), trace=gr.State({}))
+
+
+def create_stats_panel(stats_html: str) -> dict:
+    stats = gr.HTML(stats_html, elem_id="stats")
+    accept_plot = gr.BarPlot(x="position", y="acceptance", title="Acceptance by draft position",
+                             y_lim=[0, 1], height=220, elem_id="accept-plot", x_title="draft position",
+                             y_title="accepted / proposed")
+    speed_plot = gr.LinePlot(x="k", y="speedup", color="series", color_map=SERIES_COLORS, height=250,
+                             title="Speedup vs draft length k", caption=THEORY_CAPTION,
+                             elem_id="speed-plot", x_title="draft length k", y_title="speedup ×")
+    return dict(stats=stats, accept_plot=accept_plot, speed_plot=speed_plot)
+
+
+def _fail(tab: ChatTab, err: EngineError) -> dict:
     message = error_message(err)
     toast.warn(message)
-    return {elems["error_box"]: error_html(message)}
+    return {tab.error_box: error_html(message)}
 
 
 def _start(ctx: AppContext, messages: list[dict], s: UISettings, flag):
@@ -37,7 +117,7 @@ def _start(ctx: AppContext, messages: list[dict], s: UISettings, flag):
     return events, ([] if first is None else [first])
 
 
-def stream_answer(ctx: AppContext, elems: dict, *, history: list[dict], shown: list, prompt: str,
+def stream_answer(ctx: AppContext, tab: ChatTab, *, history: list[dict], shown: list, prompt: str,
                   settings: UISettings, session: str):
     """Generator of component updates: the answer to ``prompt`` streamed into the chat, stats and plots.
 
@@ -45,22 +125,22 @@ def stream_answer(ctx: AppContext, elems: dict, *, history: list[dict], shown: l
     stops at its next step.
     """
     with ctx.cancels.running(session) as flag:
-        yield from _stream_answer(ctx, elems, history=history, shown=shown, prompt=prompt, s=settings, flag=flag)
+        yield from _stream_answer(ctx, tab, history=history, shown=shown, prompt=prompt, s=settings, flag=flag)
 
 
-def _stream_answer(ctx: AppContext, elems: dict, *, history: list[dict], shown: list, prompt: str,
+def _stream_answer(ctx: AppContext, tab: ChatTab, *, history: list[dict], shown: list, prompt: str,
                    s: UISettings, flag):
     messages = [*history, {"role": "user", "content": prompt}]
     try:
         events, head = _start(ctx, messages, s, flag)
     except EngineError as err:  # bad input: said in the error box, the chat stays as it was
-        yield _fail(elems, err)
+        yield _fail(tab, err)
         return
     turn, baseline, last_plot = Turn(), ctx.baseline(), 0.0
     doc = trace_document(turn, messages, ctx.pair(), s.to_dict())
     shown = [*shown, {"role": "user", "content": render_user(prompt)},
              {"role": "assistant", "content": turn.html(streaming=True)}]
-    yield {elems["msg"]: "", elems["error_box"]: error_html(None), elems["chatbot"]: shown}
+    yield {tab.msg: "", tab.error_box: error_html(None), tab.chatbot: shown}
     with contextlib.closing(events):
         for event in chain(head, events):
             turn.add(event)
@@ -68,13 +148,13 @@ def _stream_answer(ctx: AppContext, elems: dict, *, history: list[dict], shown: 
                 continue  # a StatsEvent follows every step: redraw once per step
             finished = event.type == "done"
             shown[-1] = {"role": "assistant", "content": turn.html(streaming=not finished)}
-            update = {elems["chatbot"]: shown, elems["shown"]: shown, elems["trace"]: doc,
-                      elems["history"]: [*messages, {"role": "assistant", "content": turn.text}],
-                      elems["stats"]: render_stats(turn.stats, turn.cache, baseline, _status(turn))}
+            update = {tab.chatbot: shown, tab.shown: shown, tab.trace: doc,
+                      tab.history: [*messages, {"role": "assistant", "content": turn.text}],
+                      tab.stats: render_stats(turn.stats, turn.cache, baseline, _status(turn))}
             if turn.stats is not None and (finished or time.monotonic() - last_plot > PLOT_EVERY_S):
                 last_plot = time.monotonic()
-                update[elems["accept_plot"]] = acceptance_frame(turn.stats)
-                update[elems["speed_plot"]] = speedup_frame(turn.stats, baseline)
+                update[tab.accept_plot] = acceptance_frame(turn.stats)
+                update[tab.speed_plot] = speedup_frame(turn.stats, baseline)
             yield update
 
 
@@ -86,23 +166,23 @@ def _status(turn: Turn) -> str:
     return f"{head}: {len(turn.done.token_ids)} tokens in {turn.done.stats.elapsed_s:.1f} s — {counts}"
 
 
-def make_handlers(ctx: AppContext, elems: dict) -> dict:
+def make_handlers(ctx: AppContext, tab: ChatTab, controls: Controls) -> dict:
     """Closures over the context and the components, ready for event listeners."""
 
     def send(data: dict, request: gr.Request):
-        s = read_settings(elems, data)
-        yield from stream_answer(ctx, elems, history=data[elems["history"]] or [], shown=data[elems["shown"]] or [],
-                                 prompt=data[elems["msg"]] or "", settings=s, session=session_id(request))
+        s = controls.read(data)
+        yield from stream_answer(ctx, tab, history=data[tab.history] or [], shown=data[tab.shown] or [],
+                                 prompt=data[tab.msg] or "", settings=s, session=session_id(request))
 
     def regenerate(data: dict, request: gr.Request):
-        history, shown = data[elems["history"]] or [], data[elems["shown"]] or []
+        history, shown = data[tab.history] or [], data[tab.shown] or []
         if len(history) < 2 or history[-1]["role"] != "assistant":
             toast.warn("nothing to regenerate yet: send a message first")
-            yield {elems["error_box"]: error_html("nothing to regenerate yet: send a message first")}
+            yield {tab.error_box: error_html("nothing to regenerate yet: send a message first")}
             return
         prompt = history[-2]["content"]
-        fresh = replace(read_settings(elems, data), cache_enabled=False)  # a new answer, not the cached one
-        yield from stream_answer(ctx, elems, history=history[:-2], shown=shown[:-2], prompt=prompt, settings=fresh,
+        fresh = replace(controls.read(data), cache_enabled=False)  # a new answer, not the cached one
+        yield from stream_answer(ctx, tab, history=history[:-2], shown=shown[:-2], prompt=prompt, settings=fresh,
                                  session=session_id(request))
 
     def stop(request: gr.Request):
@@ -131,3 +211,21 @@ def export_trace_file(trace: dict, *, prefix: str, nothing: str):
         return gr.update(value=None, visible=False)
     path = tempfile.NamedTemporaryFile(prefix=prefix, suffix=".json", delete=False).name
     return gr.update(value=write_trace(trace, path), visible=True)
+
+
+def wire(ctx: AppContext, tab: ChatTab, controls: Controls) -> list:
+    """The chat's events; returns the two that answer (send, regenerate), for what should follow an answer."""
+    h = make_handlers(ctx, tab, controls)
+    inputs = {*controls.settings_fields().values(), tab.msg, tab.history, tab.shown}
+    outputs = [tab.chatbot, tab.shown, tab.history, tab.trace, tab.stats, tab.accept_plot, tab.speed_plot, tab.msg,
+               tab.error_box]
+    send = gr.on([tab.msg.submit, tab.send.click], h["send"], inputs, outputs, api_name="send",
+                 show_progress_on=[tab.chatbot], **ENGINE)
+    regen = tab.regen.click(h["regenerate"], inputs, outputs, api_name="regenerate", show_progress_on=[tab.chatbot],
+                            **ENGINE)
+    tab.stop.click(h["stop"], None, [tab.error_box], queue=False, api_visibility="private")
+    tab.clear.click(h["clear"], None, [tab.chatbot, tab.shown, tab.history, tab.trace, tab.error_box, tab.stats,
+                                       tab.accept_plot, tab.speed_plot, tab.trace_file],
+                    cancels=[send, regen], queue=False, api_name="clear")
+    tab.export.click(h["export"], [tab.trace], [tab.trace_file], api_name="export_trace")
+    return [send, regen]

@@ -1,14 +1,51 @@
-"""Loading a target/draft pair from the UI, with progress; a failure leaves the previous pair in place."""
+"""The model panel at the top of the left column: pick and load a target/draft pair, with progress, and
+re-measure the target-only speed. A failed load leaves the previous pair in place."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import gradio as gr
 
 from app import toast
 from app.context import AppContext
+from app.settings import model_choices
+from app.tabs.engine_queue import ENGINE
 from app.views.render import error_html, error_message, esc
 from app.views.stats import render_stats
-from engine.config import AUTO
+from engine.config import AUTO, PRECISIONS
 from engine.errors import EngineError
+
+PRECISION_CHOICES = list(PRECISIONS)  # "auto" first: the measured fastest for this machine
+
+
+@dataclass(frozen=True)
+class PairPanel:
+    target: gr.Dropdown
+    target_precision: gr.Radio
+    draft: gr.Dropdown
+    draft_precision: gr.Radio
+    load: gr.Button
+    remeasure: gr.Button
+    status: gr.HTML
+
+
+def create(pair: dict | None) -> PairPanel:
+    choices = model_choices()
+    target = (pair or {}).get("target") or (choices[0] if choices else "")
+    draft = (pair or {}).get("draft") or (choices[-1] if choices else "")
+    target_box = gr.Dropdown(choices, value=target, label="Target model", allow_custom_value=True,
+                             info="built-in name, HF id, local path or .gguf", elem_id="target")
+    target_prec = gr.Radio(PRECISION_CHOICES, value=(pair or {}).get("target_precision", AUTO),
+                           show_label=False, elem_id="target-precision", elem_classes=["precision"])
+    draft_box = gr.Dropdown(choices, value=draft, label="Draft model", allow_custom_value=True, elem_id="draft")
+    draft_prec = gr.Radio(PRECISION_CHOICES, value=(pair or {}).get("draft_precision", AUTO),
+                          show_label=False, elem_id="draft-precision", elem_classes=["precision"])
+    with gr.Row():
+        load = gr.Button("Load pair", variant="primary", elem_id="load-pair", scale=1, min_width=90)
+        remeasure = gr.Button("Re-measure", elem_id="remeasure", scale=1, min_width=90)
+    status = gr.HTML(elem_id="pair-status")
+    return PairPanel(target=target_box, target_precision=target_prec, draft=draft_box, draft_precision=draft_prec,
+                     load=load, remeasure=remeasure, status=status)
 
 
 def pair_status_html(pair: dict | None, baseline: dict | None = None, note: str = "") -> str:
@@ -30,7 +67,8 @@ def _precision(value: str | None) -> str | None:
     return None if not value or value == AUTO else value
 
 
-def make_pair_handlers(ctx: AppContext, elems: dict) -> dict:
+def make_pair_handlers(ctx: AppContext, panel: PairPanel, error_box, stats) -> dict:
+    """``error_box`` and ``stats`` are the chat tab's: a load says its failure there and resets the meter."""
     def load(target: str, target_precision: str, draft: str, draft_precision: str,
              progress=gr.Progress(track_tqdm=True)):
         progress(0.05, desc=f"Loading {target} and {draft}…")
@@ -41,21 +79,27 @@ def make_pair_handlers(ctx: AppContext, elems: dict) -> dict:
             message = error_message(err)
             toast.warn(f"Could not load the pair: {message}")
             note = "The previous pair is still loaded." if ctx.pair() else ""
-            return {elems["pair_status"]: pair_status_html(ctx.pair(), ctx.baseline(), note),
-                    elems["error_box"]: error_html(f"Could not load the pair: {message}")}
+            return {panel.status: pair_status_html(ctx.pair(), ctx.baseline(), note),
+                    error_box: error_html(f"Could not load the pair: {message}")}
         progress(0.85, desc="Measuring the target-only speed (once per target and precision)…")
         baseline = ctx.ensure_baseline()
         toast.info("Pair loaded.")
-        return {elems["pair_status"]: pair_status_html(ctx.pair(), baseline),
-                elems["error_box"]: error_html(None),
-                elems["stats"]: render_stats(None, None, baseline)}
+        return {panel.status: pair_status_html(ctx.pair(), baseline), error_box: error_html(None),
+                stats: render_stats(None, None, baseline)}
 
     def remeasure(progress=gr.Progress()):
         if ctx.pair() is None:
-            return {elems["error_box"]: error_html("load a pair first")}
+            return {error_box: error_html("load a pair first")}
         progress(0.1, desc="Measuring the target-only speed…")
         baseline = ctx.ensure_baseline(remeasure=True)
-        return {elems["pair_status"]: pair_status_html(ctx.pair(), baseline),
-                elems["stats"]: render_stats(None, None, baseline)}
+        return {panel.status: pair_status_html(ctx.pair(), baseline), stats: render_stats(None, None, baseline)}
 
     return dict(load=load, remeasure=remeasure)
+
+
+def wire(ctx: AppContext, panel: PairPanel, error_box, stats) -> None:
+    h = make_pair_handlers(ctx, panel, error_box, stats)
+    inputs = [panel.target, panel.target_precision, panel.draft, panel.draft_precision]
+    outputs = [panel.status, error_box, stats]
+    panel.load.click(h["load"], inputs, outputs, api_name="load_pair", **ENGINE)
+    panel.remeasure.click(h["remeasure"], None, outputs, api_name="measure_baseline", **ENGINE)

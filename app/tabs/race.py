@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import gradio as gr
 
 from app import toast
-from app.tabs.chat import export_trace_file
-from app.components import read_settings
 from app.context import AppContext, session_id
+from app.tabs.chat import export_trace_file
+from app.tabs.controls import Controls
+from app.tabs.engine_queue import ENGINE
 from app.views.divergence import divergence_html, proof_html
 from app.views.render import error_html, error_message
 from app.settings import UISettings, sampling_config, spec_config
@@ -16,33 +18,56 @@ from app.turn import Turn, trace_document
 from engine.config import CACHE_OFF
 from engine.errors import EngineError
 
+ANSWER_CLASSES = ("race-answer",)
 
-def create_race_tab() -> dict:
-    gr.Markdown("Runs the prompt with the **target alone**, then with **speculative decoding** (cache off), "
-                "using the decoding settings on the left. Under greedy decoding both must give the same tokens.")
-    with gr.Row(equal_height=True):
-        prompt = gr.Textbox(label="Race prompt (Enter to race, Shift+Enter for a new line)", lines=1, max_lines=6,
-                            scale=6, elem_id="race-prompt",
-                            value="Write a Python function that checks whether a string is a palindrome.")
-        run = gr.Button("Race", variant="primary", scale=1, elem_id="race-run")
-        stop = gr.Button("Stop", variant="stop", scale=1, elem_id="race-stop")
-    summary = gr.HTML(elem_id="race-summary")
-    with gr.Row():
-        prove = gr.Button("Prove it: both decodes again in fp32", visible=False, elem_id="race-prove", size="sm")
-        export = gr.Button("Export race trace (JSON)", size="sm", elem_id="race-export")
-    proof = gr.HTML(elem_id="race-proof")
-    trace_file = gr.File(label="Race trace", visible=False, elem_id="race-trace-file")
-    trace = gr.State({})  # the last race: its prompt, settings, both answers' events and the divergence
-    with gr.Row():
-        with gr.Column():
-            gr.Markdown("#### Target only")
-            ref_out = gr.HTML(elem_id="race-target", elem_classes=["race-answer"])
-        with gr.Column():
-            gr.Markdown("#### Speculative")
-            spec_out = gr.HTML(elem_id="race-spec", elem_classes=["race-answer"])
-    return dict(race_prompt=prompt, race_run=run, race_stop=stop, race_summary=summary, race_target=ref_out,
-                race_spec=spec_out, race_prove=prove, race_proof=proof, race_export=export, race_trace=trace,
-                race_trace_file=trace_file)
+
+@dataclass(frozen=True)
+class RaceTab:
+    prompt: gr.Textbox
+    run: gr.Button
+    stop: gr.Button
+    summary: gr.HTML
+    target: gr.HTML  # the target-only answer
+    spec: gr.HTML  # the speculative answer
+    prove: gr.Button
+    proof: gr.HTML
+    export: gr.Button
+    trace: gr.State  # the last race: its prompt, settings, both answers' events and the divergence
+    trace_file: gr.File
+    error_box: gr.HTML  # the chat tab's: bad input is said there too
+
+
+def create(error_box: gr.HTML) -> RaceTab:
+    with gr.Tab("Race", id="race-tab"):
+        gr.Markdown("Runs the prompt with the **target alone**, then with **speculative decoding** (cache off), "
+                    "using the decoding settings on the left. Under greedy decoding both must give the same tokens.")
+        with gr.Row(equal_height=True):
+            prompt = gr.Textbox(label="Race prompt (Enter to race, Shift+Enter for a new line)", lines=1,
+                                max_lines=6, scale=6, elem_id="race-prompt",
+                                value="Write a Python function that checks whether a string is a palindrome.")
+            run = gr.Button("Race", variant="primary", scale=1, elem_id="race-run")
+            stop = gr.Button("Stop", variant="stop", scale=1, elem_id="race-stop")
+        summary = gr.HTML(elem_id="race-summary")
+        with gr.Row():
+            prove = gr.Button("Prove it: both decodes again in fp32", visible=False, elem_id="race-prove", size="sm")
+            export = gr.Button("Export race trace (JSON)", size="sm", elem_id="race-export")
+        proof = gr.HTML(elem_id="race-proof")
+        trace_file = gr.File(label="Race trace", visible=False, elem_id="race-trace-file")
+        trace = gr.State({})
+        with gr.Row():
+            with gr.Column():
+                gr.Markdown("#### Target only")
+                target = gr.HTML(elem_id="race-target", elem_classes=list(ANSWER_CLASSES))
+            with gr.Column():
+                gr.Markdown("#### Speculative")
+                spec = gr.HTML(elem_id="race-spec", elem_classes=list(ANSWER_CLASSES))
+    return RaceTab(prompt=prompt, run=run, stop=stop, summary=summary, target=target, spec=spec, prove=prove,
+                   proof=proof, export=export, trace=trace, trace_file=trace_file, error_box=error_box)
+
+
+def answer_views(tab: RaceTab) -> list:
+    """The two answers with their own classes, for the "show rejected" and "answer view" switches."""
+    return [(tab.target, list(ANSWER_CLASSES)), (tab.spec, list(ANSWER_CLASSES))]
 
 
 def _side(turn: Turn, streaming: bool) -> str:
@@ -111,64 +136,73 @@ def race_trace(ref: Turn, spec: Turn, messages: list[dict], pair: dict | None, s
     return trace_document(spec, messages, pair, s.to_dict(), divergence=divergence, reference=ref)
 
 
-def run_race(ctx: AppContext, elems: dict, prompt: str, s: UISettings, session: str):
+def run_race(ctx: AppContext, tab: RaceTab, prompt: str, s: UISettings, session: str):
     """Both runs, streamed; closing this generator (Stop, a closed tab) stops the engine at its next step."""
     with ctx.cancels.running(session) as flag:
-        yield from _race(ctx, elems, prompt, s, flag)
+        yield from _race(ctx, tab, prompt, s, flag)
 
 
-def _race(ctx: AppContext, elems: dict, prompt: str, s: UISettings, flag):
+def _race(ctx: AppContext, tab: RaceTab, prompt: str, s: UISettings, flag):
     messages = [{"role": "user", "content": prompt}]
     try:
         sampling, spec_cfg, ref_events, first = _start_reference(ctx, messages, s, flag)
     except EngineError as err:  # bad input: said in the error box and the summary
         message = error_message(err)
         toast.warn(message)
-        yield {elems["error_box"]: error_html(message), elems["race_summary"]: error_html(message)}
+        yield {tab.error_box: error_html(message), tab.summary: error_html(message)}
         return
     ref, spec = Turn(), Turn()
     ref.add(first)
-    yield {elems["race_summary"]: '<div class="race-summary">Running the target alone…</div>',
-           elems["race_target"]: "", elems["race_spec"]: "", elems["error_box"]: error_html(None),
-           elems["race_proof"]: "", elems["race_prove"]: gr.update(visible=False)}
-    yield from _pump(ref_events, ref, elems["race_target"])
+    yield {tab.summary: '<div class="race-summary">Running the target alone…</div>',
+           tab.target: "", tab.spec: "", tab.error_box: error_html(None),
+           tab.proof: "", tab.prove: gr.update(visible=False)}
+    yield from _pump(ref_events, ref, tab.target)
     if not flag.is_set():
-        yield {elems["race_summary"]: '<div class="race-summary">Running speculative decoding…</div>'}
+        yield {tab.summary: '<div class="race-summary">Running speculative decoding…</div>'}
         spec_events = ctx.engine.generate(messages, sampling, spec_cfg, cache=CACHE_OFF, cancel=flag)
-        yield from _pump(spec_events, spec, elems["race_spec"])
+        yield from _pump(spec_events, spec, tab.spec)
     divergence = _explain(ctx, messages, sampling, ref, spec)
     bit_identical = bool((ctx.pair() or {}).get("bit_identical"))
-    yield {elems["race_summary"]: race_summary(ref, spec, sampling.greedy, divergence, bit_identical),
+    yield {tab.summary: race_summary(ref, spec, sampling.greedy, divergence, bit_identical),
            # fp32 can only settle a rounding tie: where the precision has none, there is nothing to prove
-           elems["race_prove"]: gr.update(visible=divergence is not None and not bit_identical),
-           elems["race_trace"]: race_trace(ref, spec, messages, ctx.pair(), s, divergence)}
+           tab.prove: gr.update(visible=divergence is not None and not bit_identical),
+           tab.trace: race_trace(ref, spec, messages, ctx.pair(), s, divergence)}
 
 
-def prove_race(ctx: AppContext, elems: dict, trace: dict):
+def prove_race(ctx: AppContext, tab: RaceTab, trace: dict):
     """Re-run the last race's prompt with fp32 copies of the pair and say whether the answers now agree."""
     if not trace or not trace.get("messages"):
-        return {elems["race_proof"]: error_html("run a race first")}
+        return {tab.proof: error_html("run a race first")}
     s = UISettings(**trace["settings"])
     try:
         proof = ctx.engine.prove_fp32(trace["messages"], sampling_config(s), spec_config(s))
     except (EngineError, OSError) as err:  # bad input, or the fp32 copies could not be read or written
-        return {elems["race_proof"]: error_html(error_message(err))}
-    return {elems["race_proof"]: proof_html(proof), elems["race_trace"]: {**trace, "fp32_proof": proof.to_dict()}}
+        return {tab.proof: error_html(error_message(err))}
+    return {tab.proof: proof_html(proof), tab.trace: {**trace, "fp32_proof": proof.to_dict()}}
 
 
-def make_race_handlers(ctx: AppContext, elems: dict) -> dict:
+def make_race_handlers(ctx: AppContext, tab: RaceTab, controls: Controls) -> dict:
     def race(data: dict, request: gr.Request):
-        yield from run_race(ctx, elems, data[elems["race_prompt"]] or "", read_settings(elems, data),
-                            session_id(request))
+        yield from run_race(ctx, tab, data[tab.prompt] or "", controls.read(data), session_id(request))
 
     def stop(request: gr.Request):
         ctx.cancels.cancel(session_id(request))
 
     def prove(trace: dict):
-        return prove_race(ctx, elems, trace)
+        return prove_race(ctx, tab, trace)
 
     def export(trace: dict):
         return export_trace_file(trace, prefix="speclens-race-", nothing="no race to export yet")
 
-    return dict(race=race, race_stop=stop, race_prove=prove, race_export=export)
+    return dict(race=race, stop=stop, prove=prove, export=export)
 
+
+def wire(ctx: AppContext, tab: RaceTab, controls: Controls) -> None:
+    h = make_race_handlers(ctx, tab, controls)
+    inputs = {*controls.settings_fields().values(), tab.prompt}
+    outputs = [tab.summary, tab.target, tab.spec, tab.error_box, tab.prove, tab.proof, tab.trace]
+    race = gr.on([tab.prompt.submit, tab.run.click], h["race"], inputs, outputs, api_name="race", **ENGINE)
+    tab.stop.click(h["stop"], None, None, cancels=[race], queue=False, api_visibility="private")
+    tab.prove.click(h["prove"], [tab.trace], [tab.proof, tab.trace], api_name="race_prove_fp32",
+                    show_progress_on=[tab.proof], **ENGINE)
+    tab.export.click(h["export"], [tab.trace], [tab.trace_file], api_visibility="private")

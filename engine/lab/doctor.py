@@ -86,7 +86,7 @@ def probe(target: LoadedModel, draft: LoadedModel, costs: StepCosts, kind: str, 
     for prompt in PROMPT_SETS[kind][:PROBE_PROMPTS]:
         ids = encode_chat(target.tokenizer, [{"role": "user", "content": prompt}], target.context_window)
         run = run_speculative(target, draft, costs, cell, ids, SamplingConfig(max_new_tokens=tokens), cancel)
-        accepted, rejected = accepted + run.accepted, rejected + run.rejected
+        accepted, rejected = accepted + run.accepted, rejected + run.rejected_steps
     alpha = accepted / (accepted + rejected) if accepted + rejected else 0.0
     predicted = {k: costs.speedup(alpha, k) for k in DOCTOR_KS}
     best = costs.best_k(alpha, list(DOCTOR_KS))

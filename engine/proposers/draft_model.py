@@ -31,8 +31,7 @@ class DraftModelProposer:
 
     def reset(self, prompt_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
         self.sampling, self.generator = sampling, generator
-        self.draft.rollback(self.draft.reusable_prefix(prompt_ids))  # a reused runner: once per generation
-        self._drafted_from, self._fed = len(self.draft.tokens), []
+        self._drafted_from, self._fed = self.draft.resume(prompt_ids), []  # a reused runner: once per generation
         if self.head_tokens is not None and self.head_tokens < self.draft.vocab_size:
             self.draft.trim_head([*range(self.head_tokens), *prompt_ids])
 

@@ -6,7 +6,7 @@ Token kinds (same names in CSS classes, the legend and tests):
 - ``bonus``: the target's extra token after a fully accepted draft.
 - ``target``: a token from a target-only step (reference decoder, or speculation switched off / in fallback).
 - ``cached``: served from the semantic cache: as stored (direct mode, a trusted store), or once the target
-  checked that it would give every token (an exact hit in verify mode, ChatEngine._check).
+  checked that it would give every token (an exact hit in verify mode, engine.serve.generation.check_hit).
 """
 from __future__ import annotations
 

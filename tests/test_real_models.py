@@ -129,12 +129,12 @@ def test_failed_pair_load_keeps_the_previous_pair(smol_engine):
 
 def test_a_mismatched_pair_is_refused_before_any_weights_load(monkeypatch):
     """Tokenizers only: the SmolLM2/Qwen mismatch fails in about a second instead of after two model loads."""
-    import engine.chat_engine
+    import engine.serve.pair_slot
 
     def no_weights(*args, **kwargs):
         raise AssertionError("weights were loaded before the tokenizers were compared")
 
-    monkeypatch.setattr(engine.chat_engine, "load_model", no_weights)
+    monkeypatch.setattr(engine.serve.pair_slot, "load_model", no_weights)
     with pytest.raises(IncompatiblePairError, match="tokenize differently"):
         ChatEngine().load_pair(SMOL, DEFAULT_DRAFT)
 

@@ -15,10 +15,12 @@ from engine.decode.sampling import logits_to_probs, sample
 
 
 class DraftModelProposer:
-    name = "draft"
+    """``name`` labels its stats and traces: the registry entry that made it (``draft``, ``fast-draft``)."""
 
-    def __init__(self, draft: ModelRunner, min_confidence: float = 0.0, head_tokens: int | None = None):
+    def __init__(self, draft: ModelRunner, min_confidence: float = 0.0, head_tokens: int | None = None,
+                 name: str = "draft"):
         self.draft = draft
+        self.name = name
         self.min_confidence = min_confidence  # stop drafting once P(all drafted tokens right) looks lower
         # Trim the draft's output head to the ``head_tokens`` lowest ids (BPE ranks: the most frequent
         # merges) plus every prompt token. The head is ~30% of a 0.5B model's per-token work; a token

@@ -20,12 +20,16 @@ from engine.decode.runner import common_prefix
 MANTISSA_BITS = {"bf16": 7, "fp16": 10, "nf4": 7, "int8": 7, "int8-dynamic": 7, "int8-weight": 7, "int4": 7, "fp32": 23}
 # The precisions whose CPU kernels give each row of a verify forward exactly as that token fed alone (with eager
 # attention): there a greedy divergence cannot be a tie, the output is bit-for-bit the target's
-# (tests/test_invariance.py). The others differ between the two shapes by up to ``tie_steps`` rounding steps of the
-# top logit (measured on SmolLM2, k = 1..16, AVX-512 BF16 CPU: bf16 4.25 steps, fp32 30 fp32 steps: MKL's GEMM
-# blocks by row count), so an argmax can flip where the top two logits are that close.
+# (tests/test_invariance.py). The others differ between the two shapes, so an argmax can flip where the top two
+# logits are that close: a rounding tie (``tie_margin``).
 BATCH_INVARIANT = frozenset({"int8-weight", "int4"})
-TIE_STEPS = 8  # a margin up to this many rounding steps is a tie: rounding accumulates over the layers
-_TIE_STEPS_FP32 = 64  # fp32 logits are spaced 2^16 times finer than bf16, the accumulated GEMM error is not
+# The one tie rule, for every precision and both uses (a divergence's explanation, the exact-hit check): a gap of
+# up to ``tie_steps(precision)`` rounding steps of the top logit is a tie. That is about twice the drift measured
+# between a token scored alone and inside a verify forward (SmolLM2, k = 1..16, AVX-512 BF16 CPU: bf16 4.25 steps,
+# fp32 30 fp32 steps, MKL's GEMM blocking by row count; tests/test_invariance.py checks the bound holds here).
+# fp32 gets more steps: its logits are spaced 2^16 times finer than bf16's, the accumulated GEMM error is not.
+TIE_STEPS = {"fp32": 64}
+DEFAULT_TIE_STEPS = 8
 
 
 def batch_invariant(target: LoadedModel) -> bool:
@@ -36,7 +40,12 @@ def batch_invariant(target: LoadedModel) -> bool:
 
 
 def tie_steps(precision: str) -> int:
-    return _TIE_STEPS_FP32 if precision == "fp32" else TIE_STEPS
+    return TIE_STEPS.get(precision, DEFAULT_TIE_STEPS)
+
+
+def tie_margin(precision: str, top_logit: float) -> float:
+    """The largest gap below ``top_logit`` that is still a rounding tie in ``precision``."""
+    return tie_steps(precision) * rounding_step(precision, top_logit)
 
 
 def rounding_step(precision: str, value: float) -> float:
@@ -61,7 +70,7 @@ class Divergence:
     @property
     def within_rounding(self) -> bool:
         gap = self.top2_margin if self.tokens_gap is None else self.tokens_gap
-        return gap <= tie_steps(self.precision) * self.rounding_step
+        return gap <= tie_margin(self.precision, self.top_logit)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "within_rounding": self.within_rounding}
@@ -95,10 +104,10 @@ def top_logits(target: LoadedModel, ids: list[int]) -> torch.Tensor:
 def first_disagreement(target: LoadedModel, prompt_ids: list[int], answer_ids: list[int],
                        ends: bool = True) -> int | None:
     """Where the target, greedy, would not give ``answer_ids`` (and then end, when ``ends``), judged in one
-    forward: the first position whose token sits more than a rounding tie (TIE_STEPS steps) below the top
+    forward: the first position whose token sits more than a rounding tie (:func:`tie_margin`) below the top
     logit, or ``len(answer_ids)`` when no end-of-answer token is within a tie of the top there; None when it
     would say exactly this. One long forward rounds differently from the decode that wrote the answer, so a
-    bf16 target would otherwise re-decide its own ties (fp32's step is tiny: there it is the plain argmax)."""
+    bf16 target would otherwise re-decide its own ties (fp32's steps are tiny: there it is all but the plain argmax)."""
     n = len(answer_ids)
     if len(prompt_ids) + n >= target.context_window:
         return 0
@@ -110,7 +119,7 @@ def first_disagreement(target: LoadedModel, prompt_ids: list[int], answer_ids: l
             break
         top = float(row.max())
         wanted = float(row[answer_ids[i]]) if i < n else float(row[eos].max())
-        if top - wanted > TIE_STEPS * rounding_step(target.precision, top):
+        if top - wanted > tie_margin(target.precision, top):
             return i
     return None
 

@@ -6,7 +6,7 @@ Token kinds (same names in CSS classes, the legend and tests):
 - ``bonus``: the target's extra token after a fully accepted draft.
 - ``target``: a token from a target-only step (reference decoder, or speculation switched off / in fallback).
 - ``cached``: served from the semantic cache: as stored (direct mode, a trusted store), or once the target
-  checked that it would give every token (an exact hit in verify mode, ChatEngine._check).
+  checked that it would give every token (an exact hit in verify mode, engine.serve.generation.check_hit).
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class StatsEvent:
     accepted: int  # draft tokens accepted so far
     elapsed_s: float
     k: int  # draft length used in the latest step
-    rejected: int = 0  # steps whose draft had a rejected token
+    rejected_steps: int = 0  # steps whose draft had a rejected token (at most one per step: the first ends it)
     proposer: str = ""
     fallback: bool = False  # True while speculation is paused (target-only steps)
     draft_s: float = 0.0  # time spent proposing
@@ -68,8 +68,10 @@ class StatsEvent:
 
     @property
     def alpha(self) -> float:
-        """Per-token acceptance (accepted / (accepted + rejections)): the alpha of the cost model."""
-        return self.accepted / (self.accepted + self.rejected) if self.accepted + self.rejected else 0.0
+        """Per-token acceptance (accepted / (accepted + rejected steps)): the alpha of the cost model. A step
+        ends at its first rejected token, so each rejected step is one rejection."""
+        n = self.accepted + self.rejected_steps
+        return self.accepted / n if n else 0.0
 
     @property
     def mean_accepted(self) -> float:

@@ -44,8 +44,8 @@ def check_auto(ctx):
 
 
 def check_runner(ctx):
-    from engine.decode.runner import ModelRunner
-    runner = ModelRunner(ctx.engine.target.model, ctx.engine.target.vocab_size)
+    from engine.models.loading import runner_for
+    runner = runner_for(ctx.engine.target)
     ids = ctx.ids(40)
     logits = runner.forward(ids[:10], n_logits=3)
     assert runner.cache_len() == len(runner.tokens) == 10 and logits.shape[0] == 3
@@ -58,13 +58,12 @@ def check_runner(ctx):
 
 def check_rows(ctx):
     import torch
-    from engine.decode.runner import ModelRunner
     from engine.divergence import rounding_step
-    from engine.models.loading import load_model
+    from engine.models.loading import load_model, runner_for
     ids, parts = ctx.ids(40), []
     for precision in ("bf16", "nf4"):
         loaded = load_model(ctx.target, precision, device=ctx.device)
-        runner = ModelRunner(loaded.model, loaded.vocab_size)
+        runner = runner_for(loaded)
         rows = {}
         for n in (1, 5, 9):
             runner.reset()
@@ -118,9 +117,9 @@ def check_judge(ctx):
 
 def check_calibration(ctx):
     import torch
-    from engine.decode.runner import ModelRunner
+    from engine.models.loading import runner_for
     costs, ids = ctx.engine.info().costs, ctx.ids(40)
-    runner = ModelRunner(ctx.engine.target.model, ctx.engine.target.vocab_size)
+    runner = runner_for(ctx.engine.target)
     runner.forward(ids[:16])
     measured = {}
     for n in (1, 8):

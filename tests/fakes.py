@@ -71,8 +71,8 @@ def fake_experiment(grid, cancel):
         if cancel is not None and cancel.is_set():
             break
         k = 4 if cell.k == "adaptive" else cell.k
-        runs = [PromptRun(token_ids=(1, 2, 3, 4), seconds=1.0 / k, steps=1, proposed=k, accepted=k - 1, rejected=1,
-                          accepted_by_pos=(1,) * (k - 1) + (0,), proposed_by_pos=(1,) * k)]
+        runs = [PromptRun(token_ids=(1, 2, 3, 4), seconds=1.0 / k, steps=1, proposed=k, accepted=k - 1,
+                          rejected_steps=1, accepted_by_pos=(1,) * (k - 1) + (0,), proposed_by_pos=(1,) * k)]
         base = [PromptRun(token_ids=(1, 2, 3, 4), seconds=1.0)]
         fidelity = {"n_tokens": 40, "chi2": 3.0, "p_value": 0.5, "counts": [8] * 5, "passed": True}
         rows.append(cell_row(grid, cell, runs, base, LAB_COSTS, None if cell.temperature == 0 else fidelity))

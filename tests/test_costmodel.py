@@ -3,22 +3,27 @@ import pytest
 
 from engine.speed.costmodel import CostFit, StepCosts, expected_tokens, fit_line
 from engine.models.hardware import AUTO_PRECISION, MACHINE_KINDS, auto_precision, classify, describe_choice
-from engine.speed.kpolicy import AdaptiveK, FixedK, KChoice
+from engine.speed.kpolicy import AdaptiveK, FixedK, KChoice, StepRecord
 
 ZEN4 = frozenset({"avx2", "avx512f", "avx512_bf16", "avx512_vnni"})
 SAPPHIRE_RAPIDS = ZEN4 | {"amx_bf16", "amx_tile", "amx_int8"}
 HASWELL = frozenset({"avx2", "fma"})
 
 
+def model_step(n_accepted: int, n_drafted: int, draft_s: float, verify_s: float, n_fed: int) -> StepRecord:
+    """A step whose draft a draft model made."""
+    return StepRecord(n_drafted=n_drafted, n_accepted=n_accepted, n_fed=n_fed, draft_s=draft_s, verify_s=verify_s)
+
+
 def run_policy(policy, accept, draft_s_per_token: float, verify, steps: int = 40) -> list[int]:
     """Feed synthetic steps: ``accept(k)`` draft tokens kept, ``verify(n_fed)`` seconds per target forward.
     Returns the k chosen at each step."""
-    policy.update(0, 4, draft_s=9.0, verify_s=9.0, n_fed=40)  # the first step includes the prefill: ignored
+    policy.update(model_step(0, 4, draft_s=9.0, verify_s=9.0, n_fed=40))  # the first step includes the prefill: ignored
     ks = []
     for _ in range(steps):
         k = policy.choose().k
         ks.append(k)
-        policy.update(accept(k), k, draft_s=draft_s_per_token * k, verify_s=verify(k + 1), n_fed=k + 1)
+        policy.update(model_step(accept(k), k, draft_s=draft_s_per_token * k, verify_s=verify(k + 1), n_fed=k + 1))
     return ks
 
 
@@ -45,9 +50,9 @@ def test_compute_bound_verify_stops_speculating():
 
 def test_linear_verify_cost_is_learned_without_a_prior_once_k_moves():
     policy = AdaptiveK(k_init=8, k_max=16)
-    policy.update(0, 8, 1.0, 1.0, n_fed=40)
+    policy.update(model_step(0, 8, 1.0, 1.0, n_fed=40))
     for k in (8, 2, 5, 1, 12):
-        policy.update(k, k, draft_s=0.005 * k, verify_s=0.03 + 0.1 * (k + 1), n_fed=k + 1)
+        policy.update(model_step(k, k, draft_s=0.005 * k, verify_s=0.03 + 0.1 * (k + 1), n_fed=k + 1))
     costs = policy.costs
     assert costs.verify_per_token_s == pytest.approx(0.1, rel=1e-6)
     assert costs.verify_fixed_s == pytest.approx(0.03, rel=1e-6)
@@ -55,9 +60,9 @@ def test_linear_verify_cost_is_learned_without_a_prior_once_k_moves():
 
 def test_low_acceptance_falls_back_to_target_steps_with_probes():
     losing = AdaptiveK(k_init=4, probe_every=3)
-    losing.update(0, 4, 9.0, 9.0, n_fed=40)
+    losing.update(model_step(0, 4, 9.0, 9.0, n_fed=40))
     for _ in range(10):
-        losing.update(0, 4, draft_s=0.4, verify_s=0.2, n_fed=5)  # expensive draft, always wrong
+        losing.update(model_step(0, 4, draft_s=0.4, verify_s=0.2, n_fed=5))  # expensive draft, always wrong
     choices = [losing.choose() for _ in range(6)]
     ks = [c.k for c in choices]
     assert ks.count(0) >= 4 and max(ks) > 0
@@ -91,8 +96,8 @@ def test_prior_keeps_the_slope_when_k_never_moves():
 def test_fixed_k_reports_costs_but_keeps_k():
     policy = FixedK(3)
     assert policy.costs is None
-    policy.update(3, 3, 9.0, 9.0, n_fed=30)
-    policy.update(3, 3, 0.03, 0.4, n_fed=4)
+    policy.update(model_step(3, 3, 9.0, 9.0, n_fed=30))
+    policy.update(model_step(3, 3, 0.03, 0.4, n_fed=4))
     assert policy.choose().k == 3 and policy.costs.draft_per_token_s == pytest.approx(0.01)
 
 
@@ -171,7 +176,8 @@ def test_free_drafts_are_capped_where_each_verified_token_costs_and_long_where_v
     assert 1 <= compute_bound.free_limit() <= 6  # a = 0.35 s, b = 0.08 s, acceptance prior 0.8: 4
     assert flat.free_limit() >= 3 * compute_bound.free_limit()
     for _ in range(10):  # lookups that keep failing at once: shorter still, but never 0 (acceptance stays measured)
-        compute_bound.update(0, 0, draft_s=0.0, verify_s=0.35 + 0.08 * 9, n_fed=9, n_free=8)
+        compute_bound.update(StepRecord(n_drafted=8, n_accepted=0, n_fed=9, draft_s=0.0, verify_s=0.35 + 0.08 * 9,
+                                        free=True))
     assert compute_bound.free_limit() == 1
 
 

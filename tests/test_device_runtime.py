@@ -70,10 +70,10 @@ class _Clock:
         return float(len(self.log))
 
 
-@pytest.mark.parametrize("module_name", ["engine.decode.speculative", "engine.decode.reference",
-                                         "engine.models.calibrate"])
+@pytest.mark.parametrize("module_name", ["engine.decode.clock", "engine.models.calibrate"])
 def test_every_clock_read_on_cuda_waits_for_the_device_first(monkeypatch, module_name):
-    """The logits stay on the device, so nothing else blocks: each timed region must synchronize explicitly."""
+    """The logits stay on the device, so nothing else blocks: each timed region must synchronize explicitly (both
+    decoders time their steps with engine.decode.clock's StepClock)."""
     module = sys.modules.get(module_name) or __import__(module_name, fromlist=["_"])
     log: list[str] = []
     monkeypatch.setattr(module, "synchronize", lambda device: log.append("sync"))
@@ -96,7 +96,7 @@ def _bf16_pair(seed: int, prefix: str = "tiny"):
 
 
 def test_a_pair_switch_frees_the_old_pair_its_judge_and_its_fp32_copies_on_cuda_or_cpu(monkeypatch, tmp_path):
-    import engine.chat_engine
+    import engine.serve.pair_slot
 
     loaded_on = []
 
@@ -105,7 +105,7 @@ def test_a_pair_switch_frees_the_old_pair_its_judge_and_its_fp32_copies_on_cuda_
         model = tiny_model(0 if name == "tiny-target" else 1000)
         return wrap_model(name, precision, model, ByteTokenizer())
 
-    monkeypatch.setattr(engine.chat_engine, "load_model", fp32_copy)
+    monkeypatch.setattr(engine.serve.pair_slot, "load_model", fp32_copy)
     engine = ChatEngine(cache=SemanticCache(tmp_path / "cache", HashEmbedder()), paraphrase_judge=True)
     old_target, old_draft = _bf16_pair(0)
     engine.use_models(old_target, old_draft)
@@ -113,7 +113,7 @@ def test_a_pair_switch_frees_the_old_pair_its_judge_and_its_fp32_copies_on_cuda_
                                cache=CacheConfig(mode="direct")))  # direct mode: the judge cache holds the target
     engine.prove_fp32(MESSAGES, SamplingConfig(max_new_tokens=6), SpecConfig(k=2))
     assert loaded_on == [torch.device("cpu")] * 2  # the fp32 copies never take GPU memory
-    refs = [weakref.ref(m) for m in (old_target.model, old_draft.model, *[c.model for c in engine._fp32.values()])]
+    refs = [weakref.ref(m) for m in (old_target.model, old_draft.model, *[c.model for c in engine.slot.fp32_models()])]
     del old_target, old_draft
     engine.use_models(*_bf16_pair(5, "other"))  # another pair: nothing of the old one is needed
     gc.collect()

@@ -196,21 +196,71 @@ def test_cuda_out_of_memory_while_loading_says_the_sizes_and_what_to_choose(monk
     assert "3.0 GB of 80.0 GB free" in message and "Choose nf4 (about" in message
 
 
-def test_cuda_out_of_memory_while_generating_is_a_typed_error(monkeypatch):
+class ChatBytes:
+    """The tiny pair's byte tokenizer with a chat template, so the target can judge paraphrases."""
+
+    def __init__(self):
+        from tests.tiny import ByteTokenizer
+        self.bytes = ByteTokenizer()
+
+    def __getattr__(self, name):
+        return getattr(self.bytes, name)
+
+    def __len__(self):
+        return len(self.bytes)
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
+        return self.bytes(text)
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True) -> str:
+        return "\n".join(m["content"] for m in messages)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return self.bytes(text)["input_ids"]
+
+
+def test_cuda_out_of_memory_is_the_same_typed_error_on_every_path_that_runs_the_models(monkeypatch, tmp_path):
+    """One fault, mapped in one place (engine/serve/model_lock.py): a generation, the target-only decode, the
+    exact-hit check, the paraphrase judge, a divergence's explanation, the fp32 proof, the pair doctor and an
+    experiment all say what the models take, instead of a raw error on some paths."""
+    from engine.cache import judge
+    from engine.cache.cached_chat import chat_scope
+    from engine.cache.embedder import HashEmbedder
+    from engine.cache.semantic_cache import SemanticCache
     from engine.chat_engine import ChatEngine
-    from engine.config import SamplingConfig
+    from engine.config import CACHE_OFF, CacheConfig, SamplingConfig, SpecConfig
+    from engine.lab.grid import OWN, ExperimentGrid
+    from engine.models.loading import wrap_model
     from tests.tiny import tiny_pair
 
     target, draft = tiny_pair(0)
-    engine = ChatEngine()
+    target = wrap_model("tiny-target", "fp32", target.model, ChatBytes())
+    monkeypatch.setitem(judge.YES_THRESHOLDS, ("tiny-target", "fp32"), 0.5)  # the tiny target may judge
+    engine = ChatEngine(cache=SemanticCache(tmp_path / "cache", HashEmbedder()))
     engine.use_models(target, draft)
+    the_judge = engine.slot.judge(engine.slot.require(), engine.lock).judge
+    messages, sampling, spec = [{"role": "user", "content": "abc"}], SamplingConfig(max_new_tokens=4), SpecConfig(k=2)
+    assert engine.cache.store("abc", chat_scope(target, sampling, messages), "fgh", [7, 8, 9], complete=True)
+    grid = ExperimentGrid(sets=(OWN,), prompts=("abc",), target="tiny-target", drafts=("tiny-draft",),
+                          draft_precisions=("fp32",), target_precisions=("fp32",), ks=(2,), temperatures=(0.0,))
+    paths = [("while generating", lambda: list(engine.generate(messages, sampling, spec, cache=CACHE_OFF))),
+             ("while generating", lambda: list(engine.generate_reference(messages, sampling))),
+             ("while checking a cached answer",
+              lambda: list(engine.generate(messages, sampling, spec, cache=CacheConfig(mode="verify")))),
+             ("while judging a cache hit", lambda: the_judge("abc", "abd")),
+             ("while explaining a divergence", lambda: engine.explain_divergence(messages, sampling, [1, 2], [1, 3])),
+             ("while proving in fp32", lambda: engine.prove_fp32(messages, sampling, spec)),
+             ("while diagnosing the pair", lambda: engine.pair_doctor(("code",), 4)),
+             ("while experimenting", lambda: list(engine.run_experiment(grid)))]
 
     def out_of_memory(*args, **kwargs):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
     monkeypatch.setattr(target.model, "forward", out_of_memory)
-    with pytest.raises(DeviceOutOfMemoryError, match=r"while generating \(weights: tiny-target \(fp32\) 0\.0 GB"):
-        list(engine.generate_reference([{"role": "user", "content": "abc"}], SamplingConfig(max_new_tokens=4)))
+    monkeypatch.setattr(target.model.get_decoder(), "forward", out_of_memory)  # the judge's trimmed head
+    for what, run in paths:
+        with pytest.raises(DeviceOutOfMemoryError, match=rf"{what} \(weights: tiny-target \(fp32\) 0\.0 GB"):
+            run()
 
 
 def test_mac_cpu_without_a_quantized_engine_picks_qnnpack_or_skips_int8_dynamic_unlike_mps(monkeypatch):

@@ -47,12 +47,12 @@ def test_first_divergence_on_a_tiny_model_reads_the_targets_logits():
 
 
 def test_engine_explains_and_proves_on_an_fp32_pair(monkeypatch):
-    import engine.chat_engine
+    import engine.serve.pair_slot
 
     def no_load(*args, **kwargs):
         raise AssertionError("an fp32 pair needs no fp32 copies")
 
-    monkeypatch.setattr(engine.chat_engine, "load_model", no_load)
+    monkeypatch.setattr(engine.serve.pair_slot, "load_model", no_load)
     target, draft = tiny_pair(1)
     engine = ChatEngine()
     engine.use_models(target, draft)

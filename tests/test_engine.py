@@ -108,41 +108,72 @@ def single_threaded_answers(pair) -> dict[str, tuple[int, ...]]:
     return {p: final_done(engine.generate(ask(p), GREEDY, SPEC)).token_ids for p in PROMPTS}
 
 
-def test_two_chats_and_a_pair_switch_never_mix_pairs():
+def switch_in_another_thread(engine: ChatEngine, pair) -> None:
+    """Install ``pair`` from another thread and wait for it: a switch that waited for a paused generation would
+    never finish (its generation is paused in this thread), so it fails here instead of hanging."""
+    switcher = threading.Thread(target=engine.use_models, args=pair, daemon=True)
+    switcher.start()
+    switcher.join(timeout=120)
+    assert not switcher.is_alive(), "the pair switch waited for a generation"
+
+
+def test_a_pair_switch_lands_mid_answer_and_no_answer_mixes_pairs():
+    """Two answers are paused mid-answer (each has yielded tokens: it has read its pair), the pair is switched,
+    then both resume: each must finish on the pair it started with, while a request made after the switch gets
+    the new pair. It fails if the switch waits for generations, or if a generation re-reads the pair per step."""
     pairs = {"a": tiny_pair(0), "b": tiny_pair(7)}
     expected = {name: single_threaded_answers(pair) for name, pair in pairs.items()}
     assert all(expected["a"][p] != expected["b"][p] for p in PROMPTS)  # else the test could not tell them apart
     engine = ChatEngine()
     engine.use_models(*pairs["a"])
-    mid_answer, switched = threading.Event(), threading.Event()
-    results, errors = [], []
+    paused = {p: engine.generate(ask(p), GREEDY, SPEC) for p in PROMPTS}
+    heads = {p: [next(events) for _ in range(4)] for p, events in paused.items()}  # cache event, then tokens
+    assert all(sum(e.type == "token" for e in head) >= 2 for head in heads.values())  # mid-answer, not before it
 
-    def chat(prompt: str, rounds: int) -> None:
+    switch_in_another_thread(engine, pairs["b"])
+    after_switch = engine.generate(ask(PROMPTS[0]), GREEDY, SPEC)
+    after_head = [next(after_switch) for _ in range(4)]  # paused too, on the new pair
+    assert final_done(engine.generate(ask(PROMPTS[1]), GREEDY, SPEC)).token_ids == expected["b"][PROMPTS[1]]
+
+    switch_in_another_thread(engine, pairs["a"])  # and back, while the new pair's answer is paused
+    resumed = {p: final_done([*heads[p], *events]).token_ids for p, events in paused.items()}
+    assert resumed == {p: expected["a"][p] for p in PROMPTS}  # started on pair a, finished on pair a
+    assert final_done([*after_head, *after_switch]).token_ids == expected["b"][PROMPTS[0]]
+    assert final_done(engine.generate(ask(PROMPTS[0]), GREEDY, SPEC)).token_ids == expected["a"][PROMPTS[0]]
+
+
+def test_generations_in_threads_each_answer_from_one_pair_while_the_pair_switches():
+    """The same across threads: two chats pause mid-answer (each waits until the switch has landed), the switch
+    lands, the chats resume; every wait's result is checked, so a switch that never lands fails the test."""
+    pairs = {"a": tiny_pair(0), "b": tiny_pair(7)}
+    expected = {name: single_threaded_answers(pair) for name, pair in pairs.items()}
+    engine = ChatEngine()
+    engine.use_models(*pairs["a"])
+    paused = threading.Barrier(len(PROMPTS) + 1, timeout=120)  # both chats mid-answer, and the switcher
+    switched = threading.Event()
+    results, errors = {}, []
+
+    def chat(prompt: str) -> None:
         try:
-            for _ in range(rounds):
-                events = engine.generate(ask(prompt), GREEDY, SPEC)
-                head = [next(events) for _ in range(4)]  # cache event, tokens: the request has read its pair
-                mid_answer.set()
-                switched.wait(timeout=60)
-                results.append((prompt, final_done([*head, *events]).token_ids))
+            events = engine.generate(ask(prompt), GREEDY, SPEC)
+            head = [next(events) for _ in range(4)]  # cache event, tokens: the request has read its pair
+            paused.wait()
+            assert switched.wait(timeout=120), "the switch never landed"
+            results[prompt] = final_done([*head, *events]).token_ids
         except Exception as err:  # reported below, with the thread's traceback
             errors.append(err)
 
-    def switcher() -> None:
-        for name in ("b", "a"):
-            mid_answer.wait(timeout=60)
-            engine.use_models(*pairs[name])
-            switched.set()
-
-    threads = [threading.Thread(target=chat, args=(p, 2)) for p in PROMPTS] + [threading.Thread(target=switcher)]
-    for t in threads:
+    chats = [threading.Thread(target=chat, args=(p,)) for p in PROMPTS]
+    for t in chats:
         t.start()
-    for t in threads:
+    paused.wait()
+    switch_in_another_thread(engine, pairs["b"])
+    switched.set()
+    for t in chats:
         t.join(timeout=300)
     assert not errors, errors
-    assert len(results) == 4
-    for prompt, got in results:  # which pair a request read is up to the scheduler; a mix of the two is a bug
-        assert got in (expected["a"][prompt], expected["b"][prompt]), prompt
+    assert results == {p: expected["a"][p] for p in PROMPTS}
+    assert {p: final_done(engine.generate(ask(p), GREEDY, SPEC)).token_ids for p in PROMPTS} == expected["b"]
 
 
 def test_a_paused_generation_does_not_block_another_in_the_same_thread():

@@ -22,12 +22,14 @@ LAYERS = (
     "engine.events",
     "engine.decode",  # the loop, verify, sampling, runner, stream, reference, the Draft/Proposer contract
     "engine.proposers",
-    "engine.models",  # loading, catalog, hardware, quantised layers, calibration, the chat prompt
+    "engine.models",  # loading, catalog, hardware, quantised layers, calibration, the chat prompt, runner_for
+    "engine.start",  # one way to start a decode: runners, proposers, the k policy, the stream (chat, lab, bench)
     "engine.cache",
     "engine.divergence",
     "engine.lab",  # experiments: grids, their runner, the pair doctor (engine.lab.grid and .results: pure)
     "engine.surface",  # the Protocol the app calls, and the values it returns
-    "engine.chat_engine",  # ChatEngine: the one implementation of engine.surface
+    "engine.serve",  # the facade's parts: the pair slot, the model lock, generation, the proofs
+    "engine.chat_engine",  # ChatEngine: the one implementation of engine.surface, a thin facade over engine.serve
     "app",
     "bench",  # command-line tools: they measure the engine and the app
     "launch",

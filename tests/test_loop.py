@@ -99,7 +99,7 @@ class ScriptedK:
     def free_limit(self):
         return None
 
-    def update(self, n_accepted, n_proposed, draft_s, verify_s, n_fed, n_free=0):
+    def update(self, step):
         pass
 
 
@@ -187,6 +187,48 @@ def test_runner_reuse_across_generations_same_prompt():
         assert again.token_ids == first.token_ids
 
 
+REUSE_PROMPT = [7, 8, 9, 10, 11]
+HELD = {"nothing": [], "a shorter prefix": REUSE_PROMPT[:2], "the whole prompt": REUSE_PROMPT,
+        "a longer context": REUSE_PROMPT + [3, 4, 5], "a different context": [20, 21, 22, 23, 24, 25, 26],
+        "a context that parts midway": REUSE_PROMPT[:3] + [30, 31, 32]}
+
+
+def holding(loaded, ids: list[int]) -> ModelRunner:
+    """A runner that has already consumed ``ids`` (left by an earlier generation)."""
+    runner = cached(loaded)
+    if ids:
+        runner.forward(ids)
+    return runner
+
+
+def start_decoder(name: str, target: ModelRunner, draft: ModelRunner, sampling: SamplingConfig):
+    stream = TokenStream(ByteTokenizer(), frozenset({0}), sampling.max_new_tokens, sampling.stop_on_eos)
+    if name == "reference":
+        return reference_generate(target, REUSE_PROMPT, stream, sampling)
+    return speculative_generate(target, DraftModelProposer(draft), REUSE_PROMPT, stream, sampling, k_policy=FixedK(3))
+
+
+@pytest.mark.parametrize("decoder", ["reference", "speculative"])
+@pytest.mark.parametrize("held", list(HELD))
+def test_both_decoders_reuse_a_runner_by_one_rule(decoder, held):
+    """Each decoder, fed runners that already hold a shorter, longer or different context, answers exactly as
+    with fresh ones, and after every step each cache holds exactly the tokens its runner consumed (the target's:
+    the context but its last token)."""
+    target, draft = tiny_pair(4)
+    sampling = SamplingConfig(max_new_tokens=24, stop_on_eos=False)
+    fresh = run(start_decoder(decoder, cached(target), cached(draft), sampling))[-1].token_ids
+    t_runner, d_runner = holding(target, HELD[held]), holding(draft, HELD[held])
+    emitted = []
+    for event in start_decoder(decoder, t_runner, d_runner, sampling):
+        emitted += [event.token_id] if event.type == "token" else []
+        if event.type == "stats":
+            context = REUSE_PROMPT + emitted
+            assert t_runner.cache_len() == len(t_runner.tokens) == len(context) - 1
+            assert t_runner.tokens == context[:-1]
+            assert d_runner.cache_len() == len(d_runner.tokens)
+    assert tuple(emitted) == fresh and len(fresh) == 24
+
+
 def test_int8_weight_target_greedy_speculative_equals_reference():
     """The quantised target is the target: the reference decodes with the same int8-weight model."""
     from engine.models.int8_weight import quantize_int8_weight
@@ -219,4 +261,4 @@ def test_stats_carry_the_fitted_step_costs():
     done = spec_tokens(target, draft, [3, 4, 5], SamplingConfig(max_new_tokens=30, stop_on_eos=False), 4)
     costs = done.stats.costs
     assert costs is not None and costs.draft_per_token_s > 0 and costs.verify_s(5) > 0
-    assert done.stats.rejected > 0 and 0 < done.stats.alpha < 1
+    assert done.stats.rejected_steps > 0 and 0 < done.stats.alpha < 1

@@ -5,13 +5,15 @@ import pytest
 import torch
 
 import engine.proposers
-from engine.config import DEFAULT_SPEC, PROPOSER_NAMES, SamplingConfig
+from engine.config import DEFAULT_SPEC, PROPOSER_NAMES, SamplingConfig, SpecConfig
+from engine.events import final_done
 from engine.speed.kpolicy import AdaptiveK, FixedK
 from engine.models.loading import wrap_model
 from engine.proposers import (CONFIDENCE_CUTOFF, HEAD_TOKENS, PROPOSERS, DraftModelProposer, HybridProposer,
                               NgramProposer)
 from engine.proposers.cached_answer import CachedAnswerProposer
 from engine.proposers.ngram import ngram_lookup
+from engine.start.decode import start_speculative
 from tests.tiny import (ByteTokenizer, DraftRunners, cached, exact_sequence_probs, reference_done,
                         sequence_distribution, speculative_done, tiny_model, tiny_pair, total_variation)
 
@@ -135,6 +137,17 @@ def test_registry_entries_make_a_draft_runner_only_when_they_draft_with_the_mode
     default = made[DEFAULT_SPEC.proposer][0]  # the app's default: prompt lookup + the fast draft
     assert isinstance(default.lookup, NgramProposer)
     assert (default.model.min_confidence, default.model.head_tokens) == (CONFIDENCE_CUTOFF, HEAD_TOKENS)
+
+
+@pytest.mark.parametrize("name", PROPOSER_NAMES)
+def test_each_registry_entry_labels_its_stats_and_traces_with_its_own_name(name):
+    """The stats' ``proposer`` (what the app shows and the trace export keeps) is the entry the request chose:
+    ``fast-draft`` is not labelled ``draft``, though both draft with the draft model."""
+    target, draft = tiny_pair(0)
+    assert PROPOSERS[name](DraftRunners(draft)).name == name
+    sampling = SamplingConfig(max_new_tokens=8, stop_on_eos=False)
+    done = final_done(start_speculative(target, draft, [3, 4, 5], sampling, SpecConfig(k=2, proposer=name)))
+    assert done.stats.proposer == name
 
 
 @pytest.mark.parametrize("name", ["lookup", "hybrid", "cached-answer", "draft-trimmed-head", "fast-draft"])

@@ -9,6 +9,7 @@ from engine.config import SamplingConfig, SpecConfig
 from engine.decode.detok import IncrementalDetokenizer
 from engine.errors import (EmptyPromptError, IncompatiblePairError, ModelIntegrityError, PromptTooLongError,
                            UnknownModelError)
+from engine.models.calibrate import CALIBRATION_TOKENS
 from engine.models.loading import default_device, load_model, plan_precisions, resolve_source
 from engine.chat_engine import ChatEngine
 
@@ -77,8 +78,26 @@ def test_smollm2_events_carry_probabilities_and_text(smol_engine):
     assert all(e.q_draft is not None for e in tokens if e.kind == "accepted")
     corrected = [e for e in tokens if e.kind == "corrected"]
     assert all(e.rejected_token_id is not None and e.rejected_token_id != e.token_id for e in corrected)
-    stats = [e for e in events if e.type == "stats"][-1]
-    assert stats.proposed >= stats.accepted > 0 and stats.tokens_per_s > 0
+    steps = [e for e in events if e.type == "stats"]
+    stats = events[-1].stats
+    assert_consistent_stats(stats, tokens, n_steps=len(steps))
+    assert stats.accepted > 0  # a same-model draft (k = 4) is right at least once in 30 tokens
+
+
+def assert_consistent_stats(stats, tokens: list, n_steps: int) -> None:
+    """Properties every speculative StatsEvent has: its counts agree with the token events it summarises, its
+    speed is its tokens over its time, its per-position counts add up to its totals."""
+    assert max(e.step for e in tokens) + 1 <= stats.steps == n_steps  # a StatsEvent after every step
+    assert stats.new_tokens == len(tokens)
+    assert stats.tokens_per_s == pytest.approx(stats.new_tokens / stats.elapsed_s)
+    assert stats.draft_s + stats.verify_s <= stats.elapsed_s
+    assert sum(stats.proposed_by_pos) == stats.proposed >= stats.accepted == sum(stats.accepted_by_pos)
+    assert all(a <= p for a, p in zip(stats.accepted_by_pos, stats.proposed_by_pos))
+    kinds = [e.kind for e in tokens]
+    assert kinds.count("accepted") <= stats.accepted  # an accepted end-of-answer token is not emitted
+    assert kinds.count("corrected") <= stats.rejected_steps <= stats.steps  # a rejected step ends on a correction
+    assert len(tokens) - kinds.count("accepted") <= stats.steps  # each step emits at most one token of its own
+    assert stats.alpha == pytest.approx(stats.accepted / (stats.accepted + stats.rejected_steps))
 
 
 def test_sampling_runs_and_is_reproducible_with_a_seed(smol_engine):
@@ -129,12 +148,12 @@ def test_failed_pair_load_keeps_the_previous_pair(smol_engine):
 
 def test_a_mismatched_pair_is_refused_before_any_weights_load(monkeypatch):
     """Tokenizers only: the SmolLM2/Qwen mismatch fails in about a second instead of after two model loads."""
-    import engine.chat_engine
+    import engine.serve.pair_slot
 
     def no_weights(*args, **kwargs):
         raise AssertionError("weights were loaded before the tokenizers were compared")
 
-    monkeypatch.setattr(engine.chat_engine, "load_model", no_weights)
+    monkeypatch.setattr(engine.serve.pair_slot, "load_model", no_weights)
     with pytest.raises(IncompatiblePairError, match="tokenize differently"):
         ChatEngine().load_pair(SMOL, DEFAULT_DRAFT)
 
@@ -163,7 +182,9 @@ def test_default_qwen_pair_smoke():
     assert (info.target, info.draft) == (DEFAULT_TARGET, DEFAULT_DRAFT)
     events = done(engine.generate([{"role": "user", "content": "Write hello world in Python."}],
                                   SamplingConfig(max_new_tokens=12), SpecConfig(k=4)))
-    assert len(events[-1].token_ids) > 0 and events[-1].text.strip()
+    assert events[-1].text.strip()
+    assert_consistent_stats(events[-1].stats, [e for e in events if e.type == "token"],
+                            n_steps=sum(e.type == "stats" for e in events))
     assert events[-1].stats.proposed > 0
 
 
@@ -207,7 +228,10 @@ def test_auto_precision_is_the_machine_choice_and_said_so(smol_int8_target):
         assert info.target_precision == auto_precision(machine, "target")
         assert info.draft_precision in (auto_precision(machine, "draft"), "bf16")  # bf16: no quantized engine
     assert "target " + info.target_precision + " (auto)" in info.precision_note and plan.reason in info.precision_note
-    assert info.costs.verify_fixed_s + info.costs.verify_per_token_s > 0 and info.costs.draft_per_token_s > 0
+    costs = info.costs  # measured at load: the curve's points are the timed forwards, the line fits them
+    assert [n for n, _ in costs.verify_table] == list(CALIBRATION_TOKENS)
+    assert all(costs.verify_s(n) == pytest.approx(t) for n, t in costs.verify_table)
+    assert costs.verify_fixed_s >= 0 and costs.verify_per_token_s >= 0
     gguf = model_gguf(SMOL)  # the peer bench runs llama.cpp on this very file
     assert gguf.is_file() and gguf.suffix == ".gguf"
 

@@ -28,7 +28,7 @@ COSTS = dict(verify_fixed_s=0.2, verify_per_token_s=0.05, draft_per_token_s=0.02
 
 
 def test_theory_uses_the_engine_cost_model():
-    s = stats(rejected=4, **COSTS)  # 8 accepted, 4 rejections: alpha = 2/3
+    s = stats(rejected_steps=4, **COSTS)  # 8 accepted, 4 rejections: alpha = 2/3
     assert s.alpha == pytest.approx(2 / 3)
     assert theoretical_speedup(s, 4) == pytest.approx(StepCosts(**COSTS).speedup(2 / 3, 4))
     assert theoretical_speedup(s, 0) == pytest.approx(1.0)
@@ -39,7 +39,7 @@ def test_theory_uses_the_engine_cost_model():
 
 
 def test_plot_frames():
-    s = stats(rejected=4, **COSTS)
+    s = stats(rejected_steps=4, **COSTS)
     acc = acceptance_frame(s)
     assert list(acc["position"]) == ["01", "02", "03", "04"]
     assert sorted(acceptance_frame(StatsEvent(1, 1, 12, 12, 1.0, 12, accepted_by_pos=(1,) * 12,

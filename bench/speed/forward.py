@@ -24,8 +24,7 @@ from engine.models.calibrate import forward_costs
 from engine.speed.costmodel import fit_line
 from engine.models.devices import half_precision
 from engine.models.hardware import detect_machine
-from engine.models.loading import default_device, load_model, quiet_library_logs
-from engine.decode.runner import ModelRunner
+from engine.models.loading import default_device, load_model, quiet_library_logs, runner_for
 
 
 DEFAULT_PRECISIONS = {"cpu": ("int8-dynamic", "int8-weight", "bf16"), "cuda": ("bf16", "nf4"), "mps": ("bf16",)}
@@ -49,7 +48,7 @@ def measure(models: list[str], precisions: list[str], tokens: list[int], context
             loaded = load_model(name, precision, role=role)  # int4 drafts re-quantise Q5_0/Q8_0 too
             for attention in attentions or (None,):
                 label = loaded.precision if attention is None else f"{loaded.precision}/{attention}"
-                runners[label] = (ModelRunner(loaded.model, loaded.vocab_size), attention)
+                runners[label] = (runner_for(loaded), attention)
             gc.collect()
         samples = {p: {n: [] for n in tokens} for p in runners}
         for _ in tqdm(range(repeats), desc=name, leave=False):

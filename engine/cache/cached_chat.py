@@ -1,4 +1,5 @@
-"""The semantic cache in front of generation: scope, lookup, serving a hit, storing a finished answer."""
+"""The semantic cache in front of generation, as its steps: scope, lookup, serving a hit, storing a finished
+answer, forgetting an entry the target refuted. Each is one call with an effect, made as a statement."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -66,3 +67,9 @@ def remember(cache: SemanticCache | None, scope: str | None, messages: list[dict
     return cache.store(messages[-1]["content"], scope, done.text, done.token_ids,
                        complete=done.finish_reason == "eos",
                        meta={"seconds": done.stats.elapsed_s, "tokens": len(done.token_ids)})
+
+
+def forget(cache: SemanticCache | None, hit: CacheHit) -> None:
+    """Delete the entry behind ``hit`` (one the target refuted, and that no complete answer replaced)."""
+    if cache is not None and hit.entry_key:
+        cache.delete(hit.entry_key)

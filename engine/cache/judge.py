@@ -11,12 +11,12 @@ The cache stays model-agnostic: it receives ``judge(cached_prompt, new_prompt) -
 from __future__ import annotations
 
 import threading
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
 
-from engine.models.loading import LoadedModel
-from engine.decode.runner import ModelRunner
+from engine.models.loading import LoadedModel, runner_for
 
 INSTRUCTION = ("You check a cache of answers. Two user requests count as the same only if one answer would "
                "correctly and fully answer both: same task, same subject, same programming language or tool, "
@@ -68,19 +68,20 @@ class JudgeResult:
 
 
 class LLMJudge:
-    """``judge(a, b) -> bool`` backed by a loaded chat model. ``lock`` serialises it with generation.
+    """``judge(a, b) -> bool`` backed by a loaded chat model. ``lock`` serialises it with generation (the engine's
+    model lock, engine/serve/model_lock.py, which also turns a device fault into a typed error).
 
     The instruction and the worked examples are the same for every call: their KV cache stays in a
     ModelRunner, so a call only prefills the two requests (one ``rollback`` to the shared prefix per call).
     """
 
-    def __init__(self, loaded: LoadedModel, threshold: float, lock: threading.Lock | None = None):
+    def __init__(self, loaded: LoadedModel, threshold: float, lock: AbstractContextManager | None = None):
         self.loaded, self.threshold = loaded, float(threshold)
         self._lock = lock or threading.Lock()
         tok = loaded.tokenizer
         self._yes = _answer_ids(tok, ("Yes", " Yes", "yes"))
         self._no = _answer_ids(tok, ("No", " No", "no"))
-        self._runner = ModelRunner(loaded.model, loaded.vocab_size)
+        self._runner = runner_for(loaded)
         self._runner.trim_head(self._yes + self._no)  # only these logits are ever read
 
     def probability(self, a: str, b: str) -> float:
@@ -88,8 +89,7 @@ class LLMJudge:
         text = tok.apply_chat_template(judge_messages(a, b), tokenize=False, add_generation_prompt=True)
         ids = tok(text, add_special_tokens=False)["input_ids"]
         with self._lock:
-            keep = self._runner.reusable_prefix(ids)
-            self._runner.rollback(keep)
+            keep = self._runner.resume(ids)
             logits = self._runner.forward(ids[keep:], n_logits=1)[-1]  # (vocab,)
         return yes_probability(logits, self._yes, self._no)
 
@@ -105,7 +105,7 @@ def calibrated_threshold(name: str, precision: str) -> float | None:
     return YES_THRESHOLDS.get((name, precision))
 
 
-def judge_for(loaded: LoadedModel, lock: threading.Lock | None = None) -> LLMJudge | None:
+def judge_for(loaded: LoadedModel, lock: AbstractContextManager | None = None) -> LLMJudge | None:
     """A judge backed by ``loaded`` at the threshold calibrated for its (model, precision), or None."""
     threshold = calibrated_threshold(loaded.name, loaded.precision)
     return None if threshold is None else LLMJudge(loaded, threshold, lock)

@@ -3,7 +3,7 @@
 A lookup never crosses scopes (target model, precision, sampling, system prompt, earlier turns) and never
 serves a confident wrong answer: in ``verify`` mode every hit goes to the target as a draft: a near one
 (``verified``), and an exact one too (``exact`` with ``needs_check``: served only when the target accepts
-every token, see ChatEngine._check); in ``direct`` mode an exact hit is served as is and a near one
+every token, see engine.serve.generation.check_hit); in ``direct`` mode an exact hit is served as is and a near one
 (``cached``) only when every guard passes, and only from a store it trusts (engine/cache/trust.py).
 
 Storage is a :class:`engine.cache.store.Store` (diskcache directory or a shared Redis). The semantic search
@@ -67,7 +67,7 @@ class CacheHit:
     similarity: float | None = None
     reason: str = ""  # why a semantic hit is verified instead of served (failed guards)
     meta: dict | None = None  # what the writer stored with the answer (e.g. generation seconds)
-    needs_check: bool = False  # an exact hit the target checks first (``reason`` says why): ChatEngine._check
+    needs_check: bool = False  # an exact hit the target checks first (``reason`` says why): serve.generation.check_hit
     refuted: bool = False  # the target checked this exact hit and disagreed: dropped unless replaced
 
     def to_event(self) -> CacheEvent:

@@ -1,13 +1,18 @@
-"""The naive target-only decoder: one forward per token. Everything else is compared against it."""
+"""The naive target-only decoder: one forward per token. Everything else is compared against it.
+
+It reuses a runner by the same rule as the loop (``ModelRunner.resume``) and tracks the same position ``pos``:
+the tokens the target's cache holds.
+"""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 
 from engine.config import SamplingConfig
 from engine.events import Event
-from engine.decode.runner import ModelRunner, synchronize
+from engine.decode.clock import StepClock
+from engine.decode.draft import EMPTY_DRAFT
+from engine.decode.runner import ModelRunner
 from engine.decode.sampling import logits_to_probs, make_generator, sample
 from engine.decode.stream import StatsTracker, TokenStream
 
@@ -17,14 +22,14 @@ def reference_generate(target: ModelRunner, prompt_ids: list[int], stream: Token
     generator = make_generator(sampling.seed, target.device)
     stats = StatsTracker(proposer="target-only")
     context = list(prompt_ids)
+    pos = target.resume(context)
     while not stream.finished(cancel):
-        synchronize(target.device)
-        t = time.perf_counter()
-        p_target = logits_to_probs(target.forward(context[len(target.tokens):], n_logits=1)[-1], sampling)  # (vocab,)
+        clock = StepClock(target.device)
+        fed = context[pos:]
+        p_target = logits_to_probs(target.forward(fed, n_logits=1)[-1], sampling)  # (vocab,)
         token = sample(p_target, sampling, generator)
-        synchronize(target.device)
-        stats.verify_s += time.perf_counter() - t
-        stats.record_step(0, 0)
+        stats.record_step(clock.step(EMPTY_DRAFT, 0, len(fed)))
+        pos = len(context)
         context.append(token)
         event = stream.emit(token, "target", stats.steps - 1, p_target=float(p_target[token]))
         if event is not None:

@@ -3,7 +3,7 @@
 Invariant (checked in tests): ``cache length == len(tokens)``, i.e. the cache holds exactly the tokens this
 model has consumed. ``rollback`` is the one call that drops cached tokens; ``forward`` feeds new tokens.
 Positions follow from the cache length: callers track it (the loop's ``pos``, gpt-fast's ``input_pos``) and
-never rescan their context per step; ``reusable_prefix`` is for a runner reused across requests, once each.
+never rescan their context per step; ``resume`` is for a runner reused across requests, once each.
 """
 from __future__ import annotations
 
@@ -70,6 +70,14 @@ class ModelRunner:
         Never the whole context: the last context token must be fed again, its logits predict what comes next.
         """
         return common_prefix(self.tokens, context_ids[:-1])
+
+    def resume(self, context_ids: list[int]) -> int:
+        """The one reuse rule of every decoder and draft: keep what this runner still holds of ``context_ids``
+        (a runner from an earlier generation may hold a shorter, longer or different context), drop the rest,
+        and return how many tokens it holds: the decode feeds ``context_ids`` from there. Once per request."""
+        pos = self.reusable_prefix(context_ids)
+        self.rollback(pos)
+        return pos
 
     @torch.inference_mode()
     def forward(self, new_ids: list[int], n_logits: int = 0) -> torch.Tensor:

@@ -6,15 +6,15 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 
 import torch
 
 from engine.config import SamplingConfig
 from engine.events import Event, TokenEvent
-from engine.speed.kpolicy import FixedK, KPolicy
-from engine.decode.runner import ModelRunner, synchronize
+from engine.speed.kpolicy import FixedK, KChoice, KPolicy, StepRecord
+from engine.decode.clock import StepClock
+from engine.decode.runner import ModelRunner
 from engine.decode.draft import Draft, Proposer
 from engine.decode.sampling import logits_to_probs, make_generator
 from engine.decode.stream import StatsTracker, TokenStream
@@ -30,47 +30,42 @@ def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: li
     proposer.reset(prompt_ids, sampling, generator)
     stats = StatsTracker(proposer=proposer.name)
     context = list(prompt_ids)
-    # pos: how many context tokens the target's cache holds (gpt-fast's input_pos). A runner reused from an
-    # earlier generation keeps what still fits the prompt; from then on the cache holds context[:pos].
-    pos = target.reusable_prefix(context)
-    target.rollback(pos)
+    pos = target.resume(context)  # how many context tokens the target's cache holds (gpt-fast's input_pos)
     while not stream.finished(cancel):
-        budget = stream.remaining - 1  # draft tokens beyond this could never be emitted
+        clock = StepClock(target.device)
         # 1. propose (k = 0 asks only for free drafts, e.g. a prompt lookup; a model proposer returns none)
-        synchronize(target.device)  # every clock read waits for the device's queued work
-        t0 = time.perf_counter()
         choice = k_policy.choose()
-        draft = proposer.propose(context, min(choice.k, budget))
-        free = draft.q_probs is None  # one-hot drafts cost nothing to make, but widen the verify forward
-        limit = k_policy.free_limit() if free else None
-        draft = draft.truncate(budget if limit is None else min(budget, limit))
-        synchronize(target.device)
-        t1 = time.perf_counter()
+        draft = _propose(proposer, k_policy, context, choice.k, room=stream.remaining - 1)
+        clock.lap()
         # 2. verify: one target forward over [tokens the target has not seen, *draft]
-        feed = context[pos:]
-        logits = target.forward(feed + draft.tokens, n_logits=len(draft) + 1)  # (k+1, vocab)
-        p_target = logits_to_probs(logits, sampling)
+        fed = context[pos:] + draft.tokens
+        p_target = logits_to_probs(target.forward(fed, n_logits=len(draft) + 1), sampling)  # (k+1, vocab)
         # 3. accept
         verdict = _verify(p_target, draft, sampling, generator)
-        synchronize(target.device)
-        t2 = time.perf_counter()
+        _record(clock.step(draft, verdict.n_accepted, len(fed)), choice, k_policy, stats)
         # 4. roll back the target to the accepted prefix (the new token is fed next step)
         pos = len(context) + verdict.n_accepted
         target.rollback(pos)
-        model_draft, free_draft = (0, len(draft)) if free else (len(draft), 0)
-        k_policy.update(verdict.n_accepted, model_draft, t1 - t0, t2 - t1, n_fed=len(feed) + len(draft),
-                        n_free=free_draft)
-        stats.draft_s += t1 - t0
-        stats.verify_s += t2 - t1
-        stats.fallback = choice.fallback
-        stats.costs = k_policy.costs
-        stats.record_step(len(draft), verdict.n_accepted)
         # 5. emit
-        new_tokens = draft.tokens[: verdict.n_accepted] + [verdict.token]
-        context += new_tokens
+        context += draft.tokens[: verdict.n_accepted] + [verdict.token]
         yield from _emit(stream, draft, verdict, p_target, stats.steps - 1)
         yield stats.snapshot(len(stream.token_ids))
     yield stream.done(stats.snapshot(len(stream.token_ids)))
+
+
+def _propose(proposer: Proposer, k_policy: KPolicy, context: list[int], k: int, room: int) -> Draft:
+    """A draft of up to ``k`` model tokens, never more than ``room`` (tokens beyond it could never be emitted).
+    A free (one-hot) draft may be longer than ``k``: it costs nothing to make, but each token widens the verify
+    forward, so the k policy may cap it."""
+    draft = proposer.propose(context, min(k, room))
+    limit = k_policy.free_limit() if draft.q_probs is None else None
+    return draft.truncate(room if limit is None else min(room, limit))
+
+
+def _record(step: StepRecord, choice: KChoice, k_policy: KPolicy, stats: StatsTracker) -> None:
+    """The step's bookkeeping, in one place: the k policy learns from it, the stats count it."""
+    k_policy.update(step)
+    stats.record_step(step, fallback=choice.fallback, costs=k_policy.costs)
 
 
 def _verify(p_target: torch.Tensor, draft: Draft, sampling: SamplingConfig, generator: torch.Generator) -> Verdict:

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from engine.speed.costmodel import StepCosts
+from engine.speed.kpolicy import StepRecord
 from engine.decode.detok import IncrementalDetokenizer
 from engine.events import DoneEvent, StatsEvent, TokenEvent
 
@@ -72,7 +73,7 @@ class StatsTracker:
     steps: int = 0
     proposed: int = 0
     accepted: int = 0
-    rejected: int = 0
+    rejected_steps: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
     k: int = 0
@@ -82,24 +83,29 @@ class StatsTracker:
     proposed_by_pos: list[int] = field(default_factory=list)
     t0: float = field(default_factory=time.perf_counter)
 
-    def record_step(self, n_proposed: int, n_accepted: int) -> None:
+    def record_step(self, step: StepRecord, fallback: bool = False, costs: StepCosts | None = None) -> None:
+        """Count one step; ``fallback`` and ``costs`` are the k policy's as of this step (a target-only
+        decoder has none)."""
         self.steps += 1
-        self.k = n_proposed
-        self.proposed += n_proposed
-        self.accepted += n_accepted
-        self.rejected += n_accepted < n_proposed
-        grow = n_proposed - len(self.proposed_by_pos)
+        self.k = step.n_drafted
+        self.proposed += step.n_drafted
+        self.accepted += step.n_accepted
+        self.rejected_steps += step.rejected
+        self.draft_s += step.draft_s
+        self.verify_s += step.verify_s
+        self.fallback, self.costs = fallback, costs
+        grow = step.n_drafted - len(self.proposed_by_pos)
         if grow > 0:
             self.proposed_by_pos += [0] * grow
             self.accepted_by_pos += [0] * grow
-        for i in range(n_proposed):
+        for i in range(step.n_drafted):
             self.proposed_by_pos[i] += 1
-            self.accepted_by_pos[i] += i < n_accepted
+            self.accepted_by_pos[i] += i < step.n_accepted
 
     def snapshot(self, new_tokens: int) -> StatsEvent:
         return StatsEvent(steps=self.steps, new_tokens=new_tokens, proposed=self.proposed, accepted=self.accepted,
-                          rejected=self.rejected, elapsed_s=time.perf_counter() - self.t0, k=self.k, proposer=self.proposer,
-                          fallback=self.fallback, draft_s=self.draft_s, verify_s=self.verify_s,
+                          rejected_steps=self.rejected_steps, elapsed_s=time.perf_counter() - self.t0, k=self.k,
+                          proposer=self.proposer, fallback=self.fallback, draft_s=self.draft_s, verify_s=self.verify_s,
                           accepted_by_pos=tuple(self.accepted_by_pos), proposed_by_pos=tuple(self.proposed_by_pos),
                           **_cost_fields(self.costs))
 

@@ -15,7 +15,7 @@ from engine.lab.grid import PROMPT_SETS, Cell
 from engine.lab.results import DoctorReport
 from engine.lab.experiment import run_speculative
 from engine.models.calibrate import forward_costs
-from engine.models.loading import LoadedModel
+from engine.models.loading import LoadedModel, runner_for
 from engine.models.prompt import encode_chat
 from engine.speed.costmodel import StepCosts, break_even_alpha, fit_line
 
@@ -67,15 +67,10 @@ def template_check(target: LoadedModel, draft: LoadedModel) -> tuple[bool, str]:
 
 
 def measure_costs(target: LoadedModel, draft: LoadedModel) -> tuple[float, dict[int, float], StepCosts]:
-    verify = forward_costs(_runner(target), 32, list(VERIFY_TOKENS), repeats=3)
-    t_draft = forward_costs(_runner(draft), 32, [1], repeats=3)[1]
+    verify = forward_costs(runner_for(target), 32, list(VERIFY_TOKENS), repeats=3)
+    t_draft = forward_costs(runner_for(draft), 32, [1], repeats=3)[1]
     a, b = fit_line(list(verify), list(verify.values()))
     return t_draft, verify, StepCosts(verify_fixed_s=a, verify_per_token_s=b, draft_per_token_s=t_draft)
-
-
-def _runner(loaded: LoadedModel):
-    from engine.decode.runner import ModelRunner
-    return ModelRunner(loaded.model, loaded.vocab_size)
 
 
 def probe(target: LoadedModel, draft: LoadedModel, costs: StepCosts, kind: str, tokens: int,
@@ -86,7 +81,7 @@ def probe(target: LoadedModel, draft: LoadedModel, costs: StepCosts, kind: str, 
     for prompt in PROMPT_SETS[kind][:PROBE_PROMPTS]:
         ids = encode_chat(target.tokenizer, [{"role": "user", "content": prompt}], target.context_window)
         run = run_speculative(target, draft, costs, cell, ids, SamplingConfig(max_new_tokens=tokens), cancel)
-        accepted, rejected = accepted + run.accepted, rejected + run.rejected
+        accepted, rejected = accepted + run.accepted, rejected + run.rejected_steps
     alpha = accepted / (accepted + rejected) if accepted + rejected else 0.0
     predicted = {k: costs.speedup(alpha, k) for k in DOCTOR_KS}
     best = costs.best_k(alpha, list(DOCTOR_KS))

@@ -17,22 +17,17 @@ from pathlib import Path
 import torch
 
 from engine.config import SamplingConfig
-from engine.decode.reference import reference_generate
-from engine.decode.runner import ModelRunner
 from engine.decode.sampling import make_generator
-from engine.decode.speculative import speculative_generate
-from engine.decode.stream import TokenStream
 from engine.events import DoneEvent, final_done
 from engine.lab.fidelity import pit_values, target_probs, uniformity
 from engine.lab.grid import Cell, ExperimentGrid
 from engine.lab.results import RESULT_VERSION, LabUpdate, PromptRun, cell_row
 from engine.models.calibrate import calibrate
 from engine.models.hardware import detect_machine
-from engine.models.loading import LoadedModel, check_pair, default_device, load_model, plan_precisions
+from engine.models.loading import LoadedModel, check_pair, default_device, load_model, plan_precisions, runner_for
 from engine.models.prompt import encode_chat
-from engine.proposers import PROPOSERS
 from engine.speed.costmodel import StepCosts
-from engine.speed.kpolicy import policy_for
+from engine.start.decode import start_reference, start_speculative
 
 
 class ModelPool:
@@ -69,38 +64,26 @@ def _cpuinfo() -> list[str]:
 def _record(done: DoneEvent) -> PromptRun:
     s = done.stats
     return PromptRun(token_ids=tuple(done.token_ids), seconds=s.elapsed_s, steps=s.steps, proposed=s.proposed,
-                     accepted=s.accepted, rejected=s.rejected, accepted_by_pos=s.accepted_by_pos,
+                     accepted=s.accepted, rejected_steps=s.rejected_steps, accepted_by_pos=s.accepted_by_pos,
                      proposed_by_pos=s.proposed_by_pos, cancelled=done.finish_reason == "cancelled")
-
-
-def _stream(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig) -> TokenStream:
-    return TokenStream(target.tokenizer, target.eos_ids, min(sampling.max_new_tokens,
-                                                              target.context_window - len(prompt_ids)),
-                       sampling.stop_on_eos, prompt_tokens=len(prompt_ids))
 
 
 def run_reference(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig,
                   cancel: threading.Event | None) -> PromptRun:
-    runner = ModelRunner(target.model, target.vocab_size)
-    return _record(final_done(reference_generate(runner, prompt_ids, _stream(target, prompt_ids, sampling),
-                                                 sampling, cancel)))
+    return _record(final_done(start_reference(target, prompt_ids, sampling, cancel=cancel)))
 
 
 def run_speculative(target: LoadedModel, draft: LoadedModel, costs: StepCosts, cell: Cell, prompt_ids: list[int],
                     sampling: SamplingConfig, cancel: threading.Event | None) -> PromptRun:
-    spec = cell.spec()
-    proposer = PROPOSERS[spec.proposer](lambda: ModelRunner(draft.model, draft.vocab_size))
-    events = speculative_generate(ModelRunner(target.model, target.vocab_size), proposer, prompt_ids,
-                                  _stream(target, prompt_ids, sampling), sampling,
-                                  k_policy=policy_for(spec, costs), cancel=cancel)
-    return _record(final_done(events))
+    return _record(final_done(start_speculative(target, draft, prompt_ids, sampling, cell.spec(), costs=costs,
+                                                cancel=cancel)))
 
 
 def distribution_check(target: LoadedModel, prompts: list[list[int]], runs: list[PromptRun],
                        sampling: SamplingConfig, seed: int) -> dict:
     """engine/lab/fidelity.py over the cell's sampled tokens, pooled."""
     generator = make_generator(seed)
-    runner = ModelRunner(target.model, target.vocab_size)
+    runner = runner_for(target)
     values = []
     for prompt_ids, run in zip(prompts, runs):
         if run.token_ids:
@@ -142,8 +125,7 @@ class GridRun:
             check_pair(target, draft)
             yield self.update(f"Measuring {target.name} ({target.precision}) with {draft.name} ({draft.precision})…",
                               loading=True)
-            self.costs[keys] = calibrate(ModelRunner(target.model, target.vocab_size),
-                                         ModelRunner(draft.model, draft.vocab_size))
+            self.costs[keys] = calibrate(runner_for(target), runner_for(draft))
         return target, draft, self.costs[keys]
 
     def prompt_ids(self, target: LoadedModel, prompt_set: str) -> list[list[int]]:

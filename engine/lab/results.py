@@ -38,7 +38,7 @@ class PromptRun:
     steps: int = 0
     proposed: int = 0
     accepted: int = 0
-    rejected: int = 0
+    rejected_steps: int = 0  # steps whose draft had a rejected token
     accepted_by_pos: tuple[int, ...] = ()
     proposed_by_pos: tuple[int, ...] = ()
     cancelled: bool = False
@@ -69,7 +69,7 @@ def cell_row(grid: ExperimentGrid, cell: Cell, runs: list[PromptRun], baseline: 
     tps = tokens / seconds if seconds else 0.0
     base_tps = base_tokens / base_seconds if base_seconds else 0.0
     proposed, accepted = sum(r.proposed for r in runs), sum(r.accepted for r in runs)
-    rejected, steps = sum(r.rejected for r in runs), sum(r.steps for r in runs)
+    rejected, steps = sum(r.rejected_steps for r in runs), sum(r.steps for r in runs)
     alpha = accepted / (accepted + rejected) if accepted + rejected else 0.0
     mean_k = proposed / steps if steps else 0.0
     by_pos = [a / p if p else None for a, p in zip(_sum_by_pos(runs, "accepted_by_pos"),

@@ -21,8 +21,9 @@ GGUF_MAGIC = b"GGUF"
 ALLOW_DOWNLOADS_ENV = "SPECLENS_ALLOW_DOWNLOADS"  # "1": hub ids not in the local cache are downloaded
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoadedModel:
+    """A loaded model as one value: what ``load_model`` (or ``wrap_model``) made, never changed after."""
     name: str
     precision: str
     model: object  # a transformers PreTrainedModel
@@ -32,6 +33,14 @@ class LoadedModel:
     context_window: int
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     auto_precision: bool = False  # the precision was chosen by ``auto`` for this machine
+
+
+def runner_for(loaded: LoadedModel):
+    """A fresh runner (an empty KV cache) on ``loaded``'s model: the one way a decode, a proposer, a calibration,
+    the judge or a bench gets one. Fresh per generation: the same prompt and seed always give the same answer."""
+    from engine.decode.runner import ModelRunner  # transformers, only once a model is loaded
+
+    return ModelRunner(loaded.model, loaded.vocab_size)
 
 
 def quiet_library_logs() -> None:
@@ -174,13 +183,14 @@ def _quantization_kwargs(precision: str, device: torch.device) -> dict:
 
 
 def load_model(name: str, precision: str | None = None, device: torch.device | None = None,
-               role: str = "target", cache_dir: Path | None = None) -> LoadedModel:
+               role: str = "target", cache_dir: Path | None = None, chosen_by_auto: bool = False) -> LoadedModel:
     """Load ``name`` at ``precision`` (see PRECISIONS); converted weights live in ``cache_dir`` (see
-    :func:`resolve_source`). Raises UnknownModelError with the built-in names."""
+    :func:`resolve_source`). Raises UnknownModelError with the built-in names. ``chosen_by_auto``: ``precision``
+    is what ``auto`` resolved to in a plan made for the pair (the model's ``auto_precision`` says so)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = device or default_device()
-    auto = precision in (None, AUTO)
+    auto = chosen_by_auto or precision in (None, AUTO)
     precision = plan_precisions({role: (name, precision)}, device, cache_dir).precisions[role]
     source = resolve_source(name, cache_dir)
     kwargs = _quantization_kwargs(precision, device)

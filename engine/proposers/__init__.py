@@ -1,4 +1,5 @@
-"""Proposer registry: name -> factory. Siblings, not subclasses.
+"""Proposer registry: name -> factory. Siblings, not subclasses. Each entry's proposer carries the entry's name
+(its ``name`` labels the stats and traces).
 
 A factory gets ``make_draft``, which loads nothing itself: it makes the draft model's runner (a fresh KV
 cache) when called, and only the entries that draft with the model call it. Which draft each entry uses:
@@ -30,13 +31,14 @@ ProposerFactory = Callable[[DraftRunnerMaker], Proposer]
 
 def textbook_draft(make_draft: DraftRunnerMaker) -> DraftModelProposer:
     """The draft model drafts k tokens with its full output head."""
-    return DraftModelProposer(make_draft())
+    return DraftModelProposer(make_draft(), name="draft")
 
 
 def fast_draft(make_draft: DraftRunnerMaker) -> DraftModelProposer:
     """The draft model stops early below CONFIDENCE_CUTOFF and computes logits only for HEAD_TOKENS ids plus
     the prompt's."""
-    return DraftModelProposer(make_draft(), min_confidence=CONFIDENCE_CUTOFF, head_tokens=HEAD_TOKENS)
+    return DraftModelProposer(make_draft(), min_confidence=CONFIDENCE_CUTOFF, head_tokens=HEAD_TOKENS,
+                              name="fast-draft")
 
 
 def prompt_lookup(make_draft: DraftRunnerMaker) -> NgramProposer:

@@ -15,10 +15,12 @@ from engine.decode.sampling import logits_to_probs, sample
 
 
 class DraftModelProposer:
-    name = "draft"
+    """``name`` labels its stats and traces: the registry entry that made it (``draft``, ``fast-draft``)."""
 
-    def __init__(self, draft: ModelRunner, min_confidence: float = 0.0, head_tokens: int | None = None):
+    def __init__(self, draft: ModelRunner, min_confidence: float = 0.0, head_tokens: int | None = None,
+                 name: str = "draft"):
         self.draft = draft
+        self.name = name
         self.min_confidence = min_confidence  # stop drafting once P(all drafted tokens right) looks lower
         # Trim the draft's output head to the ``head_tokens`` lowest ids (BPE ranks: the most frequent
         # merges) plus every prompt token. The head is ~30% of a 0.5B model's per-token work; a token
@@ -31,8 +33,7 @@ class DraftModelProposer:
 
     def reset(self, prompt_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
         self.sampling, self.generator = sampling, generator
-        self.draft.rollback(self.draft.reusable_prefix(prompt_ids))  # a reused runner: once per generation
-        self._drafted_from, self._fed = len(self.draft.tokens), []
+        self._drafted_from, self._fed = self.draft.resume(prompt_ids), []  # a reused runner: once per generation
         if self.head_tokens is not None and self.head_tokens < self.draft.vocab_size:
             self.draft.trim_head([*range(self.head_tokens), *prompt_ids])
 

@@ -19,6 +19,29 @@ from engine.speed.costmodel import CostFit, StepCosts
 
 
 @dataclass(frozen=True)
+class StepRecord:
+    """What one draft-verify step did and took: what the k policy and the stats learn from, made once per step
+    by the loop (engine/decode/speculative.py). A draft is a model's (``free`` False: each token cost a draft
+    forward) or one-hot (``free``: a prompt lookup, a cached answer); a plain target step drafted nothing."""
+    n_drafted: int  # draft tokens the target verified
+    n_accepted: int  # of them, accepted
+    n_fed: int  # tokens the target's forward took: the ones it had not seen, then the draft
+    draft_s: float  # seconds to propose
+    verify_s: float  # seconds of the target's forward and the accept rule
+    free: bool = False  # a one-hot draft: it cost nothing to make
+
+    @property
+    def n_model_drafted(self) -> int:
+        """Draft tokens a draft model made (0 for a free draft)."""
+        return 0 if self.free else self.n_drafted
+
+    @property
+    def rejected(self) -> bool:
+        """The target rejected one of the draft's tokens (the step ended on a corrected token)."""
+        return self.n_accepted < self.n_drafted
+
+
+@dataclass(frozen=True)
 class KChoice:
     """A policy's decision for one step."""
     k: int  # draft tokens to ask for; 0 = a plain target step (free drafts may still come)
@@ -30,8 +53,7 @@ class KPolicy(Protocol):
 
     def free_limit(self) -> int | None: ...
 
-    def update(self, n_accepted: int, n_proposed: int, draft_s: float, verify_s: float, n_fed: int,
-               n_free: int = 0) -> None: ...
+    def update(self, step: StepRecord) -> None: ...
 
     @property
     def costs(self) -> StepCosts | None: ...
@@ -49,10 +71,9 @@ class FixedK:
         """A fixed k leaves free drafts as the proposer made them."""
         return None
 
-    def update(self, n_accepted: int, n_proposed: int, draft_s: float, verify_s: float, n_fed: int,
-               n_free: int = 0) -> None:
+    def update(self, step: StepRecord) -> None:
         """A fixed k only records the costs (for the stats)."""
-        self.fit.observe(n_fed, verify_s, n_proposed, draft_s)
+        self.fit.observe(step.n_fed, step.verify_s, step.n_model_drafted, step.draft_s)
 
     @property
     def costs(self) -> StepCosts | None:
@@ -102,18 +123,18 @@ class AdaptiveK:
         alpha = self.free_accepted / (self.free_accepted + self.free_rejected)
         return replace(costs, draft_per_token_s=0.0).best_k(alpha, list(range(1, self.FREE_MAX + 1)))
 
-    def update(self, n_accepted: int, n_proposed: int, draft_s: float, verify_s: float, n_fed: int,
-               n_free: int = 0) -> None:
-        """Feedback from a step that fed ``n_fed`` tokens to the target after a model draft of ``n_proposed``
-        tokens or a free draft of ``n_free`` tokens (both 0: a plain target step)."""
-        self.fit.observe(n_fed, verify_s, n_proposed, draft_s)
-        if n_free:
-            self.free_accepted = self.decay * self.free_accepted + n_accepted
-            self.free_rejected = self.decay * self.free_rejected + (1 if n_accepted < n_free else 0)
-        if n_proposed == 0:
+    def update(self, step: StepRecord) -> None:
+        """Feedback from one step: its timings feed the cost model, its acceptance the alpha of its kind of
+        draft (a model's or a free one; a plain target step drafted nothing and teaches no alpha)."""
+        self.fit.observe(step.n_fed, step.verify_s, step.n_model_drafted, step.draft_s)
+        if step.n_drafted == 0:
             return
-        self.accepted = self.decay * self.accepted + n_accepted
-        self.rejected = self.decay * self.rejected + (1 if n_accepted < n_proposed else 0)
+        if step.free:
+            self.free_accepted = self.decay * self.free_accepted + step.n_accepted
+            self.free_rejected = self.decay * self.free_rejected + step.rejected
+        else:
+            self.accepted = self.decay * self.accepted + step.n_accepted
+            self.rejected = self.decay * self.rejected + step.rejected
 
 
 def policy_for(spec: SpecConfig, prior: StepCosts | None = None) -> KPolicy:

@@ -1,0 +1,37 @@
+"""The clock of one decode step: how long proposing and verifying took, as a StepRecord.
+
+Every read first waits for the device's queued work (``synchronize``): GPU kernels run asynchronously and the
+logits stay on the device, so a bare clock read would time the kernels' launch, not their work.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from engine.decode.draft import Draft
+from engine.decode.runner import synchronize
+from engine.speed.kpolicy import StepRecord
+
+
+class StepClock:
+    """Started when made; ``lap()`` ends the propose phase (never called: the step proposed nothing), and
+    ``step(...)`` ends the verify phase and returns the step's record."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._start = self._now()
+        self._proposed = self._start
+
+    def _now(self) -> float:
+        synchronize(self.device)
+        return time.perf_counter()
+
+    def lap(self) -> None:
+        self._proposed = self._now()
+
+    def step(self, draft: Draft, n_accepted: int, n_fed: int) -> StepRecord:
+        end = self._now()
+        return StepRecord(n_drafted=len(draft), n_accepted=n_accepted, n_fed=n_fed,
+                          draft_s=self._proposed - self._start, verify_s=end - self._proposed,
+                          free=len(draft) > 0 and draft.q_probs is None)

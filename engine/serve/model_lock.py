@@ -1,0 +1,62 @@
+"""One lock over the loaded models, and the one place where a device fault becomes a typed error.
+
+Every path that runs the models takes it: a generation step, the exact-hit check, the paraphrase judge, a
+divergence's explanation, the fp32 proof, the pair doctor and an experiment step. An out-of-memory error on any
+of them becomes the same DeviceOutOfMemoryError, which says what the models take and what to choose instead.
+A generation holds it for one step at a time and never across a yield, so no call order can deadlock.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection, Iterator
+from contextlib import closing
+from typing import TypeVar
+
+from engine.models.devices import is_out_of_memory, out_of_memory
+from engine.models.loading import LoadedModel
+
+T = TypeVar("T")
+
+
+class Held:
+    """The lock held around work on ``models`` (``what``: e.g. "while generating", for the error message). Used
+    with ``with``, as often as needed: the judge holds one for every verdict."""
+
+    def __init__(self, lock: threading.Lock, models: Collection[LoadedModel], what: str):
+        self._lock, self.models, self.what = lock, models, what
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, kind, err, traceback) -> bool:
+        self._lock.release()
+        if err is not None and is_out_of_memory(err) and self.models:
+            raise out_of_memory(self.what, list(self.models)) from err
+        return False
+
+
+class ModelLock:
+    def __init__(self):
+        self._lock = threading.Lock()  # one piece of work on the models at a time
+
+    def over(self, models: Collection[LoadedModel], what: str) -> Held:
+        """The lock for work on ``models``: a live collection (a pool's ``values()``) names what it holds when
+        the fault comes."""
+        return Held(self._lock, models, what)
+
+    def run(self, models: Collection[LoadedModel], what: str, work: Callable[[], T]) -> T:
+        """``work()`` under the lock."""
+        with self.over(models, what):
+            return work()
+
+    def stepwise(self, events: Iterator[T], models: Collection[LoadedModel], what: str) -> Iterator[T]:
+        """Compute each item of ``events`` under the lock, hand it over without it: a caller holding a paused
+        generator can start another generation (or measure a baseline) in the same thread."""
+        held = self.over(models, what)
+        with closing(events):  # closing this generator (a cancelled request) closes the decoder too
+            while True:
+                with held:
+                    item = next(events, None)
+                if item is None:
+                    return
+                yield item

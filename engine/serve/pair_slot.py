@@ -1,0 +1,153 @@
+"""The loaded pair's lifecycle: load (or reuse) both models, install them as one value, let go of what only the
+previous pair used, and keep what belongs to the pair: its paraphrase judge and its fp32 copies.
+
+Loading a new pair leaves the old one in place until the new one has loaded and passed the pair check; the
+switch is one assignment and never waits for a generation (a request reads the pair once).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.cache.judge import LLMJudge, judge_for, uncalibrated_note
+from engine.config import AUTO
+from engine.divergence import batch_invariant
+from engine.errors import NoPairError
+from engine.models.calibrate import calibrate
+from engine.models.devices import check_target_precision, gpu_bytes, release_memory
+from engine.models.hardware import describe_choice, detect_machine
+from engine.models.loading import LoadedModel, check_pair, check_pair_sources, load_model, plan_precisions, runner_for
+from engine.serve.model_lock import ModelLock
+from engine.speed.costmodel import StepCosts
+from engine.surface import PairInfo
+
+ROLES = ("target", "draft")
+
+
+@dataclass(frozen=True)
+class Pair:
+    """The loaded models as one value: swapped in one assignment, read once per request."""
+    target: LoadedModel
+    draft: LoadedModel
+    costs: StepCosts  # calibrated at load: the adaptive k starts from it
+    precision_note: str  # what auto chose (or the user) on this machine
+
+    @property
+    def models(self) -> tuple[LoadedModel, LoadedModel]:
+        return self.target, self.draft
+
+    def info(self) -> PairInfo:
+        return PairInfo(self.target.name, self.draft.name, self.target.precision, self.draft.precision,
+                        str(self.target.device), self.precision_note, self.costs,
+                        bit_identical=batch_invariant(self.target))
+
+
+@dataclass(frozen=True)
+class Judging:
+    """The paraphrase judge of a direct-mode lookup, or None; ``note`` says why there is none (or is empty)."""
+    judge: LLMJudge | None = None
+    note: str = ""
+
+
+NO_JUDGE = Judging()
+
+
+def _kept(loaded: LoadedModel | None, name: str, precision: str) -> LoadedModel | None:
+    return loaded if loaded is not None and (loaded.name, loaded.precision) == (name, precision) else None
+
+
+class PairSlot:
+    def __init__(self, cache_dir: Path | None = None, paraphrase_judge: bool = True):
+        self.cache_dir = cache_dir  # converted weights (engine/models/catalog.py); None: catalog.cache_root()
+        self.paraphrase_judge = paraphrase_judge  # direct mode: the target judges near-hits (engine/cache/judge.py)
+        self.pair: Pair | None = None
+        self._load_lock = threading.Lock()  # one load at a time
+        self._judge: tuple[LoadedModel, LLMJudge | None] | None = None  # (its target, the judge)
+        self._fp32: dict[str, LoadedModel] = {}  # fp32 copies (on the CPU) for "prove it", by name; this pair's only
+
+    def require(self) -> Pair:
+        pair = self.pair
+        if pair is None:
+            raise NoPairError("no models loaded yet: load a target and a draft first")
+        return pair
+
+    def load(self, target: str, draft: str, target_precision: str | None, draft_precision: str | None) -> Pair:
+        """Load (or reuse) both models, check they can pair and install them; on any error the previous pair stays.
+        The precisions are planned for the pair together; the tokenizers are compared before any weights load."""
+        asked = {"target": (target.strip(), target_precision), "draft": (draft.strip(), draft_precision)}
+        with self._load_lock:
+            plan, kept = self._plan(asked)
+            if None in kept.values():
+                check_pair_sources(asked["target"][0], asked["draft"][0], self.cache_dir)
+            models = [kept[role] or load_model(asked[role][0], plan.precisions[role], role=role,
+                                               cache_dir=self.cache_dir, chosen_by_auto=asked[role][1] in (None, AUTO))
+                      for role in ROLES]
+            return self.install(*models, reason=plan.reason)
+
+    def _plan(self, asked: dict[str, tuple[str, str | None]]):
+        """The pair's precisions, refused when the device cannot run them (what a switch reuses or frees counts as
+        free memory), and per role the loaded model a switch keeps (same name and precision) or None."""
+        current = self.pair
+        plan = plan_precisions(asked, cache_dir=self.cache_dir,
+                               reclaimable_bytes=gpu_bytes(list(current.models) if current else []))
+        check_target_precision(plan.precisions["target"])
+        held = dict(zip(ROLES, current.models)) if current else {}
+        return plan, {role: _kept(held.get(role), asked[role][0], plan.precisions[role]) for role in ROLES}
+
+    def install(self, target: LoadedModel, draft: LoadedModel, reason: str = "") -> Pair:
+        """Install loaded models: one assignment, after the pair check and a short calibration of their forward
+        costs (own KV caches: safe beside a generation). ``reason`` says why auto chose these precisions."""
+        check_pair(target, draft)
+        costs = calibrate(runner_for(target), runner_for(draft))
+        note = describe_choice(detect_machine(target.device.type), target.precision, draft.precision,
+                               (target.auto_precision, draft.auto_precision), reason)
+        pair = Pair(target, draft, costs, note)
+        switched, self.pair = self.pair is not None, pair
+        if switched:
+            self._release_all_but(pair)
+        return pair
+
+    def _release_all_but(self, pair: Pair) -> None:
+        """Let go of what only the previous pair used (its judge, its fp32 copies), and of the device memory it
+        held: nothing here refers to the previous pair any more."""
+        judge = self._judge
+        if judge is not None and judge[0] is not pair.target:  # the judge holds its target (and a KV cache)
+            self._judge = None
+        self._fp32 = {name: m for name, m in self._fp32.items() if name in (pair.target.name, pair.draft.name)}
+        release_memory(pair.target.device)
+
+    def judge(self, pair: Pair, lock: ModelLock) -> Judging:
+        """The target judges near-hits of a direct-mode lookup, only at a (model, precision) with a calibrated
+        threshold; otherwise the note says the hits it would have decided are verified. One judge per target:
+        it keeps its prompt's KV, and takes the model lock for each verdict."""
+        if not self.paraphrase_judge:
+            return NO_JUDGE
+        cached = self._judge
+        if cached is None or cached[0] is not pair.target:
+            held = lock.over([pair.target], "while judging a cache hit")
+            cached = self._judge = (pair.target, judge_for(pair.target, held))
+        return Judging(cached[1], "" if cached[1] is not None else uncalibrated_note(pair.target))
+
+    def fp32_copies(self, pair: Pair) -> tuple[tuple[LoadedModel, LoadedModel], float]:
+        """fp32 copies of the pair on the CPU (two fp32 copies, about 8 GB for the default pair, must not take GPU
+        memory), loaded once and kept while this pair stays; and the seconds their loading took (0: kept)."""
+        with self._load_lock:
+            start = time.perf_counter()
+            copies = self._fp32_copy(pair.target), self._fp32_copy(pair.draft)
+            return copies, time.perf_counter() - start
+
+    def _fp32_copy(self, loaded: LoadedModel) -> LoadedModel:
+        if loaded.precision == "fp32":
+            return loaded
+        if loaded.name not in self._fp32:
+            self._fp32[loaded.name] = load_model(loaded.name, "fp32", device=torch.device("cpu"),
+                                                 cache_dir=self.cache_dir)
+        return self._fp32[loaded.name]
+
+    def fp32_models(self) -> list[LoadedModel]:
+        """The fp32 copies held now (tests check that a switch lets them go)."""
+        return list(self._fp32.values())

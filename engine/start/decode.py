@@ -1,0 +1,57 @@
+"""Start a speculative or a target-only decode of loaded models: the one place that builds what a decode needs.
+
+A decode gets fresh runners (``engine.models.loading.runner_for``: empty KV caches, so the same prompt and seed
+always give the same answer), the registry's proposer, the k policy of its ``SpecConfig`` and a token stream
+sized to the room the context window leaves. Nothing runs until the returned generator is advanced; the caller
+decides under which lock (engine/serve/model_lock.py for the chat).
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+from engine.config import SamplingConfig, SpecConfig
+from engine.decode.reference import reference_generate
+from engine.decode.speculative import speculative_generate
+from engine.decode.stream import TokenStream
+from engine.events import Event
+from engine.models.loading import LoadedModel, runner_for
+from engine.proposers import PROPOSERS, Proposer
+from engine.proposers.cached_answer import CachedAnswerProposer
+from engine.speed.costmodel import StepCosts
+from engine.speed.kpolicy import policy_for
+
+
+def answer_room(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig) -> int:
+    """How many new tokens an answer to ``prompt_ids`` may have: the request's limit, within the context window."""
+    return min(sampling.max_new_tokens, target.context_window - len(prompt_ids))
+
+
+def token_stream(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig) -> TokenStream:
+    """The stream of an answer to ``prompt_ids``: its clock starts now."""
+    return TokenStream(target.tokenizer, target.eos_ids, answer_room(target, prompt_ids, sampling),
+                       sampling.stop_on_eos, prompt_tokens=len(prompt_ids))
+
+
+def make_proposer(spec: SpecConfig, draft: LoadedModel, cached_answer: tuple[int, ...] = ()) -> Proposer:
+    """The registry's proposer for ``spec`` (only model drafts make a draft runner). With ``cached_answer`` the
+    cached answer drafts first and that proposer after it (engine/proposers/cached_answer.py)."""
+    proposer = PROPOSERS[spec.proposer](lambda: runner_for(draft))
+    return CachedAnswerProposer(list(cached_answer), fallback=proposer) if cached_answer else proposer
+
+
+def start_speculative(target: LoadedModel, draft: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig,
+                      spec: SpecConfig, *, costs: StepCosts | None = None, cached_answer: tuple[int, ...] = (),
+                      stream: TokenStream | None = None, cancel: threading.Event | None = None) -> Iterator[Event]:
+    """The draft-verify loop on ``target`` and ``draft``. ``costs`` (the pair's calibration) starts the k policy's
+    cost model; ``stream`` defaults to :func:`token_stream`."""
+    stream = stream or token_stream(target, prompt_ids, sampling)
+    return speculative_generate(runner_for(target), make_proposer(spec, draft, cached_answer), prompt_ids, stream,
+                                sampling, k_policy=policy_for(spec, costs), cancel=cancel)
+
+
+def start_reference(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig, *,
+                    stream: TokenStream | None = None, cancel: threading.Event | None = None) -> Iterator[Event]:
+    """Target-only decoding: the reference every speculative answer must match."""
+    stream = stream or token_stream(target, prompt_ids, sampling)
+    return reference_generate(runner_for(target), prompt_ids, stream, sampling, cancel)

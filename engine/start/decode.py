@@ -2,7 +2,7 @@
 
 A decode gets fresh runners (``engine.models.loading.runner_for``: empty KV caches, so the same prompt and seed
 always give the same answer), the registry's proposer, the k policy of its ``SpecConfig`` and a token stream
-sized to the room the context window leaves. Nothing runs until the returned generator is advanced; the caller
+sized to the room the context window leaves. No forward runs until the returned generator is advanced; the caller
 decides under which lock (engine/serve/model_lock.py for the chat).
 """
 from __future__ import annotations

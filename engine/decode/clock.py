@@ -15,8 +15,8 @@ from engine.speed.kpolicy import StepRecord
 
 
 class StepClock:
-    """Started when made; ``lap()`` ends the propose phase (never called: the step proposed nothing), and
-    ``step(...)`` ends the verify phase and returns the step's record."""
+    """Started when made; ``lap()`` ends the propose phase (a step that skips it, like the reference decoder's,
+    has no propose time), and ``step(...)`` ends the verify phase and returns the step's record."""
 
     def __init__(self, device: torch.device):
         self.device = device

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from engine.errors import EngineError
+from engine.models.prompt import check_text
 
 # what a bad argument raises: a setting the engine refuses (EngineError is a ValueError), a file that cannot be
 # read, a malformed line
@@ -43,7 +44,11 @@ def read_jsonl(path: str | Path, keys: Iterable[str]) -> list[dict]:
     """Each non-blank line of ``path``: a JSON object holding ``keys``. OSError when the file cannot be read,
     ValueError naming the line that is not such an object."""
     rows, keys = [], tuple(keys)
-    for i, line in enumerate(Path(path).read_text().splitlines(), 1):
+    for i, raw in enumerate(Path(path).read_bytes().splitlines(), 1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{path}:{i}: not UTF-8 text (byte {raw[err.start]:#04x} at column {err.start + 1})") from None
         if not line.strip():
             continue
         try:
@@ -52,6 +57,12 @@ def read_jsonl(path: str | Path, keys: Iterable[str]) -> list[dict]:
             raise ValueError(f"{path}:{i}: not JSON ({err.msg})") from None
         if not isinstance(row, dict) or not set(keys) <= row.keys():
             raise ValueError(f"{path}:{i}: each line needs a JSON object with the keys {', '.join(keys)}")
+        for key, value in row.items():
+            if isinstance(value, str):
+                try:
+                    check_text(value, f"its {key!r}")
+                except EngineError as err:
+                    raise ValueError(f"{path}:{i}: {err}") from None
         rows.append(row)
     if not rows:
         raise ValueError(f"{path}: no lines to read")

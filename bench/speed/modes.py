@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
@@ -232,8 +233,10 @@ def read_prompts(path: str, prompt_set: str | None) -> list[dict]:
     """A JSONL of {id, kind, prompt}, or one prompt set of a saved experiment (bench.speed.experiment, the app)."""
     if not path.endswith(".json"):
         return read_jsonl(path, ("id", "prompt"))
-    with open(path) as f:
-        saved = json.load(f).get("prompts", {})
+    try:
+        saved = json.loads(Path(path).read_bytes().decode("utf-8")).get("prompts", {})
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start + 1})") from None
     if prompt_set not in saved:
         raise ValueError(f"--prompt-set must name one of the experiment's prompt sets: {', '.join(saved)}")
     return [{"id": f"{prompt_set}-{i}", "kind": prompt_set, "prompt": p} for i, p in enumerate(saved[prompt_set])]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.models.loading import LoadedModel, runner_for
+from engine.models.prompt import template_ids
 
 INSTRUCTION = ("You check a cache of answers. Two user requests count as the same only if one answer would "
                "correctly and fully answer both: same task, same subject, same programming language or tool, "
@@ -85,9 +86,7 @@ class LLMJudge:
         self._runner.trim_head(self._yes + self._no)  # only these logits are ever read
 
     def probability(self, a: str, b: str) -> float:
-        tok = self.loaded.tokenizer
-        text = tok.apply_chat_template(judge_messages(a, b), tokenize=False, add_generation_prompt=True)
-        ids = tok(text, add_special_tokens=False)["input_ids"]
+        ids = template_ids(self.loaded.tokenizer, judge_messages(a, b))  # the requests as text, never as markup
         with self._lock:
             keep = self._runner.resume(ids)
             logits = self._runner.forward(ids[keep:], n_logits=1)[-1]  # (vocab,)

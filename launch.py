@@ -7,7 +7,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import ipaddress
 import os
+import socket
 import sys
 import threading
 import time
@@ -64,6 +67,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cache-max-entries", type=int, default=None,
                    help="Redis only: beyond this many entries the oldest are evicted (default 100000)")
     args = p.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        p.error(f"--port {args.port}: a port is a number in [0, 65535]")
     args.api_key = secret(p, args, "api_key", API_KEY_ENV)
     args.cache_url = secret(p, args, "cache_url", CACHE_URL_ENV)
     return args
@@ -200,12 +205,56 @@ def choose_cache_dir(flag: str | None) -> Path:
     return Path(path)
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine only (127.0.0.1, ::1, localhost): nobody else can reach a server there."""
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)} if host else set()
+    except OSError:
+        return False
+    return bool(addresses) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
+
+
+def exposure_warning(host: str, api_key: str | None) -> str | None:
+    """What a server that other machines can reach gives away with no key; None on loopback or with a key."""
+    if api_key or is_loopback(host):
+        return None
+    return (f"[speclens] warning: serving on {host} with no --api-key: anyone who can reach this machine on the "
+            "network can use the models, load others, run experiments on them, and read and clear the semantic cache "
+            "(the prompts and answers of everyone who chatted). Give a key: $SPECLENS_API_KEY or --api-key-file")
+
+
+def bind_port(host: str, port: int) -> socket.socket:
+    """The server's socket, bound before the models load, so a port in use ends the program at once with a
+    message, not after the load. uvicorn serves on this very socket and listens once the app is ready (until then
+    a visitor is refused, not kept waiting), so only a server that also sets SO_REUSEADDR and listens first could
+    take the port meanwhile. Bound as uvicorn binds one: SO_REUSEADDR, IPv6 for an address with ":"."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        problem = {errno.EADDRINUSE: "the port is in use (another speclens, or another server): stop it or give "
+                                     "another --port",
+                   errno.EADDRNOTAVAIL: "that is not an address of this machine: check --host",
+                   errno.EACCES: "no permission to use this port (ports below 1024 need privileges): give another "
+                                 "--port"}.get(err.errno, err.strerror or str(err))
+        sys.exit(f"[speclens] cannot serve on {host}:{port}: {problem}")
+    return sock
+
+
 def main(argv: list[str] | None = None) -> None:
     _no_phoning_home()
     args = parse_args(argv)
     cache_dir = choose_cache_dir(args.cache_dir)
-    engine = load_engine(args, cache_dir)
+    if warning := exposure_warning(args.host, args.api_key):
+        print(warning, flush=True)
+    with bind_port(args.host, args.port) as sock:
+        serve(args, cache_dir, load_engine(args, cache_dir), sock)
 
+
+def serve(args: argparse.Namespace, cache_dir: Path, engine, sock: socket.socket) -> None:
+    """Measure the target-only speed once, then serve the UI and the API on ``sock`` until stopped."""
     import uvicorn
 
     from app.baseline import BaselineStore
@@ -223,22 +272,25 @@ def main(argv: list[str] | None = None) -> None:
     print(f"[speclens] target-only: {baseline['tokens_per_s']:.1f} tok/s ({baseline['how']})", flush=True)
     demo = build_demo(ctx)
     demo.queue(default_concurrency_limit=1)
-    app = create_server(ctx, demo, args.api_key, server_name=args.host, server_port=args.port, show_error=True,
+    port = sock.getsockname()[1]  # --port 0: the one the system chose
+    app = create_server(ctx, demo, args.api_key, server_name=args.host, server_port=port, show_error=True,
                         **launch_kwargs())
-    url = f"http://{args.host}:{args.port}"
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
-    if not args.no_browser:
-        threading.Thread(target=_open_when_started, args=(server, url), daemon=True).start()
+    url = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{port}"
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=port, log_level="warning"))
     key_note = " (API key required; the UI asks for it as the password)" if args.api_key else ""
-    print(f"[speclens] serving on {url} — OpenAI-compatible API at {url}/v1{key_note}", flush=True)
-    server.run()
+    line = f"[speclens] serving on {url} — OpenAI-compatible API at {url}/v1{key_note}"
+    threading.Thread(target=_when_started, args=(server, line, None if args.no_browser else url), daemon=True).start()
+    server.run(sockets=[sock])
 
 
-def _open_when_started(server, url: str) -> None:
+def _when_started(server, line: str, browse: str | None) -> None:
+    """Once the server answers: the "serving on" line, and the browser tab at ``browse`` (None: no tab)."""
     while not server.started and not server.should_exit:
         time.sleep(0.2)
     if server.started:
-        webbrowser.open(url)
+        print(line, flush=True)
+        if browse:
+            webbrowser.open(browse)
 
 
 if __name__ == "__main__":

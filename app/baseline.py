@@ -1,6 +1,7 @@
 """The target-only speed on this machine, measured once per target/precision/device and kept in a JSON file.
 
-The break-even meter divides the speculative tokens/s by this number.
+The break-even meter divides the speculative tokens/s by this number, and an experiment grid's time estimate
+(``grid_estimate``) multiplies by its inverse.
 """
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import time
 from pathlib import Path
 
 from engine.models.catalog import cache_root
-from engine.config import SamplingConfig
+from engine.config import AUTO, SamplingConfig
 from engine.events import final_done
+from engine.lab.grid import ExperimentGrid, estimated_seconds
 from engine.surface import EngineSurface, PairInfo
 
 log = logging.getLogger(__name__)
@@ -27,9 +29,13 @@ def baseline_path() -> Path:
     return cache_root() / "baselines.json"
 
 
-def baseline_key(info: PairInfo) -> str:
+def speed_key(target: str, precision: str, device: str) -> str:
     """Target-only speed depends on the target, its precision and the device (not on the draft)."""
-    return f"{info.target}|{info.target_precision}|{info.device}"
+    return f"{target}|{precision}|{device}"
+
+
+def baseline_key(info: PairInfo) -> str:
+    return speed_key(info.target, info.target_precision, info.device)
 
 
 class BaselineStore:
@@ -97,3 +103,42 @@ def get_or_measure(engine: EngineSurface, store: BaselineStore, remeasure: bool 
         record = measure_baseline(engine)
         store.put(key, record)
     return record
+
+
+def grid_speed(store: BaselineStore, grid: ExperimentGrid, loaded: PairInfo | None) -> dict | None:
+    """The slowest target-only speed measured on this machine (``loaded``'s device) for the grid's target at
+    each of its precisions (``auto``: the loaded target's, when it is the grid's target), its ``precision``
+    added; None when one of them was never measured here."""
+    if loaded is None:
+        return None
+    records = []
+    for precision in grid.target_precisions:
+        if precision == AUTO and grid.target == loaded.target:
+            precision = loaded.target_precision
+        record = store.get(speed_key(grid.target, precision, loaded.device))
+        if record is None:
+            return None
+        records.append({**record, "precision": precision})
+    return min(records, key=lambda r: r["tokens_per_s"])
+
+
+def duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 90 * 60 else f"{seconds / 3600:.1f} h"
+
+
+def grid_estimate(store: BaselineStore, grid: ExperimentGrid, loaded: PairInfo | None) -> tuple[float | None, str]:
+    """How long ``grid`` takes here, in seconds (None: no speed measured on this machine for its target), and
+    the sentence that says so and from what."""
+    speculative, target_only = grid.generations()
+    work = (f"{speculative + target_only} generations ({speculative} speculative, {target_only} target-only) of up "
+            f"to {grid.max_new_tokens} new tokens")
+    speed = grid_speed(store, grid, loaded)
+    if speed is None:
+        return None, (f"{work}; no target-only speed of {grid.target} at {', '.join(grid.target_precisions)} has "
+                      "been measured on this machine yet, so there is no time estimate")
+    seconds, when = estimated_seconds(grid, speed["tokens_per_s"]), speed.get("measured_at")
+    return seconds, (f"about {duration(seconds)}: {work} at {speed['tokens_per_s']:.1f} tok/s, the target-only "
+                     f"speed of {grid.target} ({speed['precision']}) measured on this machine"
+                     f"{f' on {when}' if when else ''}; loading models comes on top")

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from app.baseline import BaselineStore, baseline_key, get_or_measure
+from app.baseline import BaselineStore, baseline_key, get_or_measure, grid_estimate
 from engine.errors import NoPairError
+from engine.lab.grid import ExperimentGrid
 from engine.surface import EngineSurface
 
 MAX_SESSIONS = 256
@@ -74,6 +75,14 @@ class AppContext:
 
     def ensure_baseline(self, remeasure: bool = False) -> dict:
         return get_or_measure(self.engine, self.baselines, remeasure)
+
+    def grid_estimate(self, grid: ExperimentGrid) -> tuple[float | None, str]:
+        """How long ``grid`` would take at the speeds measured here (app/baseline.py), and the sentence."""
+        try:
+            loaded = self.engine.info()
+        except NoPairError:
+            loaded = None
+        return grid_estimate(self.baselines, grid, loaded)
 
 
 def session_id(request) -> str:

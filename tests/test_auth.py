@@ -11,17 +11,26 @@ from app.context import AppContext
 from app.api.openai_routes import create_server
 from app.ui import build_demo, launch_kwargs
 from tests.server import serving
+from engine.surface import PairInfo
 from tests.fakes import FakeEngine
 
 KEY = "k3y-for-tests"
+TARGET, DRAFT = "guarded-target-1.5b", "guarded-draft-0.5b"  # names that occur nowhere else in a page
 # Gradio API endpoints that change the server's state, with inputs they accept
 CHANGING = {"load_pair": ["smollm2-135m-instruct", "bf16", "smollm2-135m-instruct", "nf4"], "cache_clear": [],
             "cache_delete": [None]}
 
 
+class NamedEngine(FakeEngine):
+    """A FakeEngine whose loaded pair has names that a page can be searched for."""
+
+    def info(self):
+        return PairInfo(target=TARGET, draft=DRAFT, target_precision="bf16", draft_precision="nf4", device="cpu")
+
+
 @pytest.fixture(scope="module")
 def guarded():
-    engine = FakeEngine([])
+    engine = NamedEngine([])
     ctx = AppContext(engine)
     with serving(create_server(ctx, build_demo(ctx), KEY, **launch_kwargs())) as url:
         yield url, engine
@@ -75,7 +84,23 @@ def test_the_v1_routes_need_the_bearer_key_not_the_ui_login(guarded):
     url, _ = guarded
     assert login(url, KEY).get("v1/models").status_code == 401
     r = httpx.get(f"{url}v1/models", headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
-    assert r.status_code == 200 and r.json()["data"][0]["id"] == "t"
+    assert r.status_code == 200 and r.json()["data"][0]["id"] == TARGET
+
+
+def test_a_page_without_the_key_names_no_endpoint_and_no_model(guarded):
+    """Gradio embeds its API description (each endpoint with its defaults: the loaded pair) in every page, the
+    login page too; served without the key, a page has none of it. With the key the app's page still has it."""
+    url, _ = guarded
+    client = login(url, KEY)
+    endpoints = list(client.get("gradio_api/info").json()["named_endpoints"])
+    assert "/load_pair" in endpoints and TARGET in client.get("").text
+    for path in ("", "?page=", "gradio_api/runs", "login"):
+        r = httpx.get(f"{url}{path}", timeout=30)
+        assert r.status_code in (200, 404, 405), (path, r.status_code)
+        leaked = [word for word in (*endpoints, TARGET, DRAFT, "bf16", "nf4", "named_endpoints") if word in r.text]
+        assert not leaked, (path, leaked)
+    page = httpx.get(url, timeout=30)
+    assert "auth_required" in page.text and int(page.headers["content-length"]) == len(page.content)
 
 
 @pytest.mark.browser

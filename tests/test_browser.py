@@ -395,15 +395,22 @@ def fill(page, elem_id: str, value) -> None:
 
 
 def test_experiments_grid_shows_rows_curves_and_downloads_the_csv(page, tmp_path):
-    """A 2 x 2 grid (k 2, 6 x temperature 0, 1) on the loaded pair: 4 rows, the cost model's curves beside the
-    measured points, acceptance by position, the CSV and a report that renders with the network blocked."""
+    """A 2 x 2 grid (k 2, 6 x temperature 0, 1) on the loaded pair: a long version asks first (Run anyway); the
+    short one runs at once: 4 rows, the cost model's curves beside the measured points, acceptance by position,
+    the CSV and a report that renders with the network blocked."""
     page.get_by_role("tab", name="Experiments").click()
     fill(page, "exp-ks", "2, 6")
     fill(page, "exp-temps", "0, 1")
+    fill(page, "exp-per-set", 3)
+    fill(page, "exp-tokens", 8192)  # 18 generations of 8192 tokens: far above the few minutes that need a yes
+    page.click("#exp-run")
+    expect(page.locator("#exp-progress")).to_contain_text("Press Run anyway to start it", timeout=30_000)
+    expect(page.locator("#exp-run")).to_have_text("Run anyway")
     fill(page, "exp-per-set", 1)
-    fill(page, "exp-tokens", 24)
+    fill(page, "exp-tokens", 24)  # a short grid: it starts at once, and the button is Run grid again
     page.click("#exp-run")
     expect(page.locator("#exp-progress .lab-count")).to_be_visible(timeout=60_000)  # the run has started
+    expect(page.locator("#exp-run")).to_have_text("Run grid")
     chat = page.context.browser.new_context().new_page()  # another session chats meanwhile: it waits its turn
     chat.goto(page.url)
     chat.wait_for_selector("#msg textarea", timeout=60_000)

@@ -179,6 +179,39 @@ def test_a_real_pair_reruns_to_the_same_tokens_and_accept_counts(real_models):
     assert first["rows"][0]["identical"] == "1/1"  # int8-weight keeps the target lossless
 
 
+@pytest.mark.real  # the CLI in a subprocess, on SmolLM2-135M
+def test_the_experiment_cli_prints_its_estimate_before_it_runs(tmp_path):
+    """At the target-only speed the app measured on this machine: a record in the cache directory's baselines.json,
+    where launch.py keeps its measurements."""
+    import os
+    import subprocess
+    import sys
+
+    from app.baseline import BaselineStore, duration, speed_key
+    from engine.lab.grid import estimated_seconds
+    from engine.models.loading import default_device
+    from tests.server import ROOT, link_models
+
+    link_models(tmp_path)
+    name, speed = "smollm2-135m-instruct", 3.5
+    BaselineStore(tmp_path / "baselines.json").put(speed_key(name, "int8-weight", str(default_device())),
+                                                   {"tokens_per_s": speed, "measured_at": "2025-06-01 09:30"})
+    grid = ExperimentGrid(sets=("code",), ks=(2,), temperatures=(0.0,), target=name, drafts=(name,),
+                          draft_precisions=("nf4",), target_precisions=("int8-weight",), prompts_per_set=1,
+                          max_new_tokens=4)
+    args = ["--sets", "code", "--ks", "2", "--temperatures", "0", "--target", name, "--draft", name, "--dtype",
+            "int8-weight", "--draft-dtype", "nf4", "--prompts-per-set", "1", "--max-new-tokens", "4"]
+    done = subprocess.run([sys.executable, "-m", "bench.speed.experiment", *args, "--out", str(tmp_path / "run")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "SPECLENS_CACHE_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    estimate = next(i for i, line in enumerate(lines) if line.startswith("estimate: "))
+    assert f"about {duration(estimated_seconds(grid, speed))}: {sum(grid.generations())} generations" in lines[estimate]
+    assert f"{speed:.1f} tok/s" in lines[estimate] and "2025-06-01 09:30" in lines[estimate]
+    assert estimate < next(i for i, line in enumerate(lines) if line.startswith("set "))  # before the results
+
+
 def test_auto_precisions_show_what_they_resolved_to():
     from engine.lab.report.views import cell_text
 

@@ -1,13 +1,20 @@
-"""launch.py: a bad --cache-dir is refused with a readable message before loading anything; the cache
-directory is passed on as a value; the semantic cache is disabled only when it cannot be opened."""
+"""launch.py: a bad --cache-dir or a port in use is refused with a readable message before loading anything; a
+server others can reach without a key is warned about; "serving on" comes once it serves; the cache directory is
+passed on as a value; the semantic cache is disabled only when it cannot be opened."""
 import os
+import queue
+import socket
 import subprocess
 import sys
+import threading
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 from engine.models.catalog import CACHE_DIR_ENV
+from tests.server import SMOL_PAIR, STARTUP_S, free_port, link_models
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,6 +35,33 @@ def test_cache_dir_that_is_a_file_ends_with_a_message_not_a_traceback(tmp_path):
         assert "loading target" not in result.stdout
 
 
+@pytest.mark.real  # a launch.py process that loads the small pair
+def test_serving_on_is_printed_once_the_server_answers(tmp_path):
+    """The line that gives the URL comes when the URL answers, not before uvicorn has started (nor before a
+    failure to bind)."""
+    link_models(tmp_path)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "launch.py", "--no-browser", "--port", str(port), *SMOL_PAIR,
+                             "--cache-dir", str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    try:
+        seen, deadline = [], time.monotonic() + STARTUP_S
+        while not any("serving on" in line for line in seen):
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(seen)
+            try:
+                seen.append(lines.get(timeout=1))
+            except queue.Empty:
+                pass
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as page:  # at once: no retry
+            assert page.status == 200
+        assert f"serving on http://127.0.0.1:{port} " in seen[-1]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
 # ---- in-process: the cache directory is passed on, and the cache is opened or disabled for the right reasons
 @pytest.fixture
 def launch(monkeypatch):
@@ -41,15 +75,21 @@ def launch(monkeypatch):
 
 def _cache_dir_of(launch, monkeypatch, *argv: str) -> Path:
     """The cache directory that main() hands to the engine loader (stopped there)."""
-    seen = []
+    reached = _stop_at_the_load(launch, monkeypatch)
+    with pytest.raises(SystemExit):
+        launch.main(["--port", "0", *argv])
+    return reached[0][1]
+
+
+def _stop_at_the_load(launch, monkeypatch) -> list:
+    """main() stopped where it would load the models: the list gets its (args, cache_dir) if it gets there."""
+    reached = []
 
     def stop_here(args, cache_dir):
-        seen.append(cache_dir)
+        reached.append((args, cache_dir))
         raise SystemExit(0)
     monkeypatch.setattr(launch, "load_engine", stop_here)
-    with pytest.raises(SystemExit):
-        launch.main(list(argv))
-    return seen[0]
+    return reached
 
 
 def test_the_cache_dir_comes_from_the_flag_or_the_environment_and_is_passed_on_not_set(launch, monkeypatch, tmp_path):
@@ -60,6 +100,36 @@ def test_the_cache_dir_comes_from_the_flag_or_the_environment_and_is_passed_on_n
     assert _cache_dir_of(launch, monkeypatch) == tmp_path / "env"
     assert _cache_dir_of(launch, monkeypatch, "--cache-dir", str(tmp_path / "flag")) == tmp_path / "flag"
     assert os.environ[CACHE_DIR_ENV] == str(tmp_path / "env")
+
+
+def test_a_port_in_use_ends_the_program_before_any_model_loads(launch, monkeypatch, tmp_path):
+    reached = _stop_at_the_load(launch, monkeypatch)
+    with socket.socket() as busy:  # a real server's socket: bound and listening
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(SystemExit) as stop:
+            launch.main(["--port", str(port), "--no-browser", "--cache-dir", str(tmp_path)])
+    assert f"cannot serve on 127.0.0.1:{port}: the port is in use" in str(stop.value) and "--port" in str(stop.value)
+    assert reached == []  # no model was loaded, nothing else was opened
+    with pytest.raises(SystemExit):  # the port is free again: main gets to the load
+        launch.main(["--port", str(port), "--no-browser", "--cache-dir", str(tmp_path)])
+    assert len(reached) == 1
+
+
+@pytest.mark.parametrize("host, key, warned", [("0.0.0.0", None, True), ("0.0.0.0", "k", False),
+                                               ("127.0.0.1", None, False), ("localhost", None, False)])
+def test_a_server_others_can_reach_without_a_key_is_warned_about(launch, monkeypatch, tmp_path, capsys, host, key,
+                                                                  warned):
+    monkeypatch.delenv("SPECLENS_API_KEY", raising=False)
+    reached = _stop_at_the_load(launch, monkeypatch)
+    with pytest.raises(SystemExit):
+        launch.main(["--host", host, "--port", "0", "--no-browser", "--cache-dir", str(tmp_path),
+                     *(["--api-key", key] if key else [])])
+    out = capsys.readouterr().out
+    assert reached and ("anyone who can reach this machine" in out) == warned, out
+    if warned:
+        assert f"serving on {host} with no --api-key" in out and "semantic cache" in out and "--api-key-file" in out
 
 
 def test_a_cache_dir_from_the_environment_that_is_a_file_ends_with_a_message(launch, monkeypatch, tmp_path):

@@ -1,5 +1,5 @@
-"""The Experiments tab: a grid over prompt sets, k, temperature, proposer, draft and precisions, run through
-``engine.run_experiment`` with progress and Stop; the pair doctor; downloads (CSV, JSON, HTML report); a saved
+"""The Experiments tab: a grid over prompt sets, k, temperature, proposer, draft and precisions, estimated first
+(a long one runs on a second press) and run through ``engine.run_experiment`` with progress and Stop; the pair doctor; downloads (CSV, JSON, HTML report); a saved
 run reloaded. The engine does the work (engine/lab); this module reads the form and renders."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import gradio as gr
 
 from app.context import AppContext, session_id
 from app.tabs.engine_queue import ENGINE
-from app.views.render import error_html, error_message
+from app.views.render import error_html, error_message, info_html
 from engine.config import PRECISIONS
 from engine.errors import EngineError, InvalidSettingError
 from engine.lab.report.files import load_result, save_result
@@ -21,6 +21,8 @@ from engine.lab.grid import (LAB_PROPOSERS, OWN, PROMPT_SETS, ExperimentGrid, ow
 FORM = ("sets", "prompts", "ks", "temps", "proposers", "target", "drafts", "draft_precs", "target_precs", "per_set",
         "tokens", "seed")  # the grid's fields, in form_values' order
 DOWNLOADS = ("download_csv", "download_json", "download_html")
+RUN, RUN_ANYWAY = "Run grid", "Run anyway"
+CONFIRM_ABOVE_S = 180  # a longer grid (or one whose time is unknown) starts on a second press, after its estimate
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class ExperimentsTab:
     load: gr.File
     result: gr.State  # the last run (or the loaded one), as saved
     doctor_state: gr.State  # the last pair doctor report, saved with the next run of the same target
+    confirming: gr.State  # the grid whose estimate asks "Run anyway": pressed again unchanged, it runs
 
     def form(self) -> list:
         """The grid's fields, in FORM's order."""
@@ -69,7 +72,7 @@ def create(pair: dict | None) -> ExperimentsTab:
         form = _create_form(pair or {})
         with gr.Row():
             buttons = dict(doctor=gr.Button("Check the loaded pair (pair doctor)", elem_id="exp-doctor"),
-                           run=gr.Button("Run grid", variant="primary", elem_id="exp-run"),
+                           run=gr.Button(RUN, variant="primary", elem_id="exp-run"),
                            stop=gr.Button("Stop", variant="stop", elem_id="exp-stop"))
         return ExperimentsTab(**form, **buttons, **_create_results())
 
@@ -112,7 +115,7 @@ def _create_results() -> dict:
         e["download_html"] = gr.DownloadButton("Download HTML report", visible=False, elem_id="exp-html")
     e["load"] = gr.File(label="Load a saved experiment (JSON): shows it and fills the form to rerun it",
                         file_types=[".json"], elem_id="exp-load")
-    e["result"], e["doctor_state"] = gr.State({}), gr.State({})
+    e["result"], e["doctor_state"], e["confirming"] = gr.State({}), gr.State({}), gr.State(None)
     return e
 
 
@@ -164,8 +167,14 @@ def run_experiment(ctx: AppContext, tab: ExperimentsTab, data: dict, session: st
     except EngineError as err:
         yield {tab.progress: error_html(error_message(err))}
         return
+    seconds, estimate = ctx.grid_estimate(grid)
+    if (seconds is None or seconds > CONFIRM_ABOVE_S) and data.get(tab.confirming) != grid:
+        yield {tab.progress: info_html(f"This grid takes {estimate}. Press {RUN_ANYWAY} to start it, or choose "
+                                       "fewer values."), tab.run: gr.update(value=RUN_ANYWAY), tab.confirming: grid}
+        return
     rows, result = [], None
-    yield {tab.progress: progress_html(0, 1, "Starting…"), **_views(tab, rows), **_downloads(tab, None)}
+    yield {tab.progress: progress_html(0, 1, f"Starting: {estimate}"), tab.run: gr.update(value=RUN),
+           tab.confirming: None, **_views(tab, rows), **_downloads(tab, None)}
     with ctx.cancels.running(session) as flag:
         try:
             for update in ctx.engine.run_experiment(grid, flag):
@@ -242,8 +251,8 @@ def make_experiment_handlers(ctx: AppContext, tab: ExperimentsTab) -> dict:
 
 def wire(ctx: AppContext, tab: ExperimentsTab) -> None:
     h = make_experiment_handlers(ctx, tab)
-    tab.run.click(h["run"], {*tab.form(), tab.doctor_state}, tab.views(), api_name="run_experiment",
-                  show_progress="hidden", **ENGINE)
+    tab.run.click(h["run"], {*tab.form(), tab.doctor_state, tab.confirming}, [*tab.views(), tab.run, tab.confirming],
+                  api_name="run_experiment", show_progress="hidden", **ENGINE)
     tab.doctor.click(h["doctor"], {tab.sets, tab.result}, [tab.doctor_out, tab.doctor_state], api_name="pair_doctor",
                      show_progress="hidden", **ENGINE)
     tab.stop.click(h["stop"], None, None, queue=False, api_visibility="private")

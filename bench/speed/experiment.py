@@ -5,7 +5,9 @@ python -m bench.speed.experiment --sets code,prose --ks 2,4,8 --temperatures 0,0
                            [--prompts-per-set 2] [--max-new-tokens 48] [--seed 0] [--doctor] --out DIR
 python -m bench.speed.experiment --rerun DIR/experiment.json --out DIR2   # the same grid again, compared
 
-Ctrl-C (or SIGTERM) stops the run like the tab's Stop button and still saves the finished cells.
+Before the run it prints how long the grid should take at the target-only speed the app measured on this machine
+(none measured yet: it says so). Ctrl-C (or SIGTERM) stops the run like the tab's Stop button and still saves the
+finished cells.
 A rerun says whether the token ids (greedy cells) and accept counts (seeded sampling, fixed k) match the saved run.
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ import threading
 
 from tqdm.auto import tqdm
 
+from app.baseline import BaselineStore, grid_estimate
 from engine.lab.report.files import load_result, save_result
 from engine.chat_engine import ChatEngine
 from engine.errors import EngineError
@@ -114,6 +117,7 @@ def main(argv: list[str] | None = None) -> None:
         info = engine.load_pair(grid.target, grid.drafts[0], grid.target_precisions[0], grid.draft_precisions[0])
         print(f"target {info.target} ({info.target_precision}), draft {info.draft} ({info.draft_precision}); "
               f"{len(grid.cells())} cells", flush=True)
+        print(f"estimate: {grid_estimate(BaselineStore(), grid, info)[1]}", flush=True)
         result = run(engine, grid, args.doctor)
     except EngineError as err:
         sys.exit(f"error: {err}")

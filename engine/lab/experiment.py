@@ -101,9 +101,7 @@ class GridRun:
         self.costs: dict[tuple, StepCosts] = {}
         self.baselines: dict[tuple, list[PromptRun]] = {}
         self.done = 0
-        base_keys = {(c.target_precision, c.temperature, c.prompt_set) for c in self.cells}
-        self.total = sum(len(grid.set_prompts(c.prompt_set)) for c in self.cells) + \
-            sum(len(grid.set_prompts(s)) for _, _, s in base_keys)
+        self.total = sum(grid.generations())
 
     def stopped(self) -> bool:
         return self.cancel is not None and self.cancel.is_set()

@@ -178,6 +178,14 @@ class ExperimentGrid:
         return SamplingConfig(temperature=temperature, seed=self.seed + prompt_index,
                               max_new_tokens=self.max_new_tokens)
 
+    def generations(self) -> tuple[int, int]:
+        """(speculative, target-only) generations a run makes: each cell's prompts, and the target-only ones once
+        per target precision, temperature and prompt set."""
+        cells = self.cells()
+        baselines = {(c.target_precision, c.temperature, c.prompt_set) for c in cells}
+        return (sum(len(self.set_prompts(c.prompt_set)) for c in cells),
+                sum(len(self.set_prompts(s)) for _, _, s in baselines))
+
     def cells(self) -> list[Cell]:
         """Ordered so that cells sharing a loaded pair run together (each model loads once per run)."""
         proposers = list(self.proposers)
@@ -196,6 +204,13 @@ class ExperimentGrid:
         if extra:
             _fail(f"the saved grid has unknown fields {extra}")
         return cls(**data)
+
+
+def estimated_seconds(grid: ExperimentGrid, tokens_per_s: float) -> float:
+    """How long the grid's generations take at ``tokens_per_s`` if each makes all its new tokens: the time at the
+    target-only speed (an answer can end sooner, a speculative one can be faster or slower), model loads and
+    calibrations not included."""
+    return sum(grid.generations()) * grid.max_new_tokens / tokens_per_s
 
 
 def bench_command(grid: ExperimentGrid, cell: Cell, saved_json: str = "experiment.json") -> str:

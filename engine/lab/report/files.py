@@ -16,6 +16,7 @@ from engine.lab.results import COLUMNS, RESULT_VERSION
 
 CSV_COLUMNS = (*COLUMNS, "target_precision_used", "draft_precision_used", "series", "mean_k", "prompts", "seconds",
                "acceptance_by_position")
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet read a cell as a formula (OWASP)
 REPORT_CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#0f172a;max-width:1200px}
 h1{font-size:22px}h2{font-size:17px;margin-top:28px}
@@ -38,13 +39,23 @@ def load_result(path: str | Path) -> dict:
     return data
 
 
+def csv_cell(value):
+    """A value as a CSV cell: a list or dict as JSON; a string that a spreadsheet would run as a formula (it starts
+    with one of FORMULA_STARTS: a model name, a prompt set, a loaded file's text) gets a leading ``'``, as OWASP
+    advises against CSV injection. Numbers stay numbers, negative ones included."""
+    if isinstance(value, (list, dict)):
+        value = json.dumps(value)
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def rows_csv(rows: list[dict]) -> str:
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(CSV_COLUMNS)
     for r in rows:
-        writer.writerow([json.dumps(r.get(c)) if isinstance(r.get(c), (list, dict)) else r.get(c)
-                         for c in CSV_COLUMNS])
+        writer.writerow([csv_cell(r.get(c)) for c in CSV_COLUMNS])
     return out.getvalue()
 
 

@@ -92,10 +92,10 @@ def test_only_calibrated_model_and_precision_pairs_judge():
     assert all(0.5 <= t < 1.0 for t in YES_THRESHOLDS.values())
     (name, precision), *_ = YES_THRESHOLDS
     assert uncalibrated_note(SimpleNamespace(name=name, precision=precision)) == ""
-    int4 = SimpleNamespace(name=name, precision="int4")  # P(yes) shifts with quantisation: not calibrated there
-    assert judge_for(int4) is None
-    note = uncalibrated_note(int4)
-    assert f"{name} at int4" in note and f"calibrated at {precision}" in note and "verified" in note
+    nf4 = SimpleNamespace(name=name, precision="nf4")  # P(yes) shifts with quantisation: not calibrated there
+    assert judge_for(nf4) is None
+    note = uncalibrated_note(nf4)
+    assert f"{name} at nf4" in note and f"calibrated at {precision}" in note and "verified" in note
 
 
 def test_direct_mode_without_a_calibrated_judge_says_why_a_near_hit_is_verified(tmp_path):
@@ -103,7 +103,7 @@ def test_direct_mode_without_a_calibrated_judge_says_why_a_near_hit_is_verified(
     from engine.cache.judge import uncalibrated_note
     from engine.config import CacheConfig, SamplingConfig
 
-    target = SimpleNamespace(name="qwen2.5-coder-1.5b-instruct", precision="int4", vocab_size=100)
+    target = SimpleNamespace(name="qwen2.5-coder-1.5b-instruct", precision="nf4", vocab_size=100)
     cache = SemanticCache(tmp_path / "c", AliasEmbedder({SYNONYMS[1]: SYNONYMS[0]}), mode="direct")
     sampling = SamplingConfig()
     scope = chat_scope(target, sampling, [{"role": "user", "content": SYNONYMS[0]}])

@@ -192,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--distractors", type=int, default=100_000, help="other entries for --exactness")
     parser.add_argument("--ef", default="10,20,50,100,200", help="comma-separated EF values for --exactness")
     parser.add_argument("--build-ef", type=int, help="vector-set insert EF of the filled store (default: the app's)")
-    parser.add_argument("--namespace", help="--latency: fill (or resume filling) this Redis namespace and keep it")
+    parser.add_argument("--namespace", help="--latency, --exactness: fill (or resume filling) this Redis namespace "
+                                            "and keep it; --exactness then uses its entries as the distractors")
     parser.add_argument("--cache-url", help="run against Redis (redis://[:password@]host:port/db) instead of disk")
     parser.add_argument("--judge", metavar="MODEL", help="paraphrase judge model for direct mode (a built-in name)")
     parser.add_argument("--judge-threshold", type=float, help="P(yes) the judge needs (default: its calibrated one)")
@@ -240,7 +241,8 @@ def pairs_report(args: argparse.Namespace, pairs: list[dict], judge) -> dict:
     if args.exactness:
         memo = MemoEmbedder(load_default_embedder(), [p[k] for p in pairs for k in ("a", "b")])
         exactness = measure_exactness(pairs, memo, args.cache_url, args.distractors,
-                                      [int(x) for x in args.ef.split(",")], judge, build_ef=args.build_ef)
+                                      [int(x) for x in args.ef.split(",")], judge, build_ef=args.build_ef,
+                                      namespace=args.namespace)
         print(format_exactness(exactness))
         return {"exactness": exactness}
     report = evaluate_pairs(pairs, load_default_embedder(), args.threshold, cache_url=args.cache_url, judge=judge)

@@ -222,23 +222,32 @@ def _distractors(real: np.ndarray, n: int, rng) -> np.ndarray:
     return normalise_rows(np.concatenate([rand, near]))
 
 
+def _add_distractors(store, real: np.ndarray, distractors: int, progress: bool) -> None:
+    others = _distractors(real, distractors, np.random.default_rng(0))
+    for start in tqdm(range(0, distractors, BATCH), desc="distractors", disable=not progress):
+        store.put_many([(f"d{i}", CacheRecord.new(f"distractor {i}", SCOPE, "x", [0], v, 0.0).to_json())
+                        for i, v in enumerate(others[start:start + BATCH], start)], None, atomic=False)
+
+
 def measure_exactness(pairs: list[dict], embedder, cache_url: str, distractors: int, efs: list[int],
-                      judge=None, progress: bool = True, build_ef: int | None = None) -> dict:
+                      judge=None, progress: bool = True, build_ef: int | None = None,
+                      namespace: str | None = None) -> dict:
     """All pairs' ``a`` in one scope among ``distractors`` other entries; each ``b`` looked up in direct mode
     through the exact in-memory scan and through the server search at each EF. Counts equal outcomes (the
     outcome and the matched prompt). ``embedder``: best one that remembers its vectors (the pairs' texts are
-    encoded many times)."""
+    encoded many times). ``namespace``: the distractors are the synthetic entries of ``--latency`` in this kept
+    namespace (filled, or the fill finished, as there; random vectors only), so one million-entry fill
+    serves both measurements."""
     verdicts: dict[tuple[str, str], bool] = {}
     memo_judge = None if judge is None else (lambda a, b: verdicts.setdefault((a, b), judge(a, b)))
-    rng = np.random.default_rng(0)
-    out = {"pairs": len(pairs), "distractors": distractors, "by_ef": {}, "build_ef": store_build_ef(build_ef)}
-    with scratch(cache_url) as (location, namespace):
-        store = _bulk_store(location, namespace, build_ef)
-        real = normalise_rows(embedder.encode([p["a"] for p in pairs]))
-        others = _distractors(real, distractors, rng)
-        for start in tqdm(range(0, distractors, BATCH), desc="distractors", disable=not progress):
-            store.put_many([(f"d{i}", CacheRecord.new(f"distractor {i}", SCOPE, "x", [0], v, 0.0).to_json())
-                            for i, v in enumerate(others[start:start + BATCH], start)], None, atomic=False)
+    out = {"pairs": len(pairs), "distractors": distractors, "by_ef": {}, "build_ef": store_build_ef(build_ef),
+           "distractor_kind": "synthetic (latency fill)" if namespace else "half random, half near the pairs"}
+    with scratch(cache_url, namespace) as (location, namespace_):
+        store = _bulk_store(location, namespace_, build_ef)
+        if namespace:
+            fill(location, namespace_, SCOPE, distractors, progress=progress, build_ef=build_ef)
+        else:
+            _add_distractors(store, normalise_rows(embedder.encode([p["a"] for p in pairs])), distractors, progress)
         writer = SemanticCache(store, embedder, mode="direct")
         for p in pairs:
             writer.store(p["a"], SCOPE, "<cached answer>", [0], complete=True)

@@ -33,10 +33,13 @@ class ByteTokenizer:
     def get_vocab(self):
         return {chr(48 + i): i for i in range(VOCAB)}
 
+    def get_added_vocab(self):
+        return {}  # no control tokens: engine/models/prompt.py has no markers to cut at
+
     def decode(self, ids, skip_special_tokens=True, clean_up_tokenization_spaces=False):
         return "".join(chr(48 + i) for i in ids if not (skip_special_tokens and i == 0))
 
-    def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
+    def __call__(self, text: str, add_special_tokens: bool = False, split_special_tokens: bool = False) -> dict:
         """Any text -> ids 1..VOCAB-1 (never EOS), so a ChatEngine can encode chat prompts."""
         return {"input_ids": [1 + ord(c) % (VOCAB - 1) for c in text]}
 

@@ -82,3 +82,19 @@ def test_top_tokens_orders_rows_and_leaves_out_what_the_filters_removed():
                                     [(2, 1.0)]]
     assert top_tokens(probs, 0) == [[], []]
     assert len(top_tokens(probs, 20)[0]) == 3  # more than the vocabulary: what it has
+
+
+@pytest.mark.real
+def test_a_byte_level_token_keeps_the_bytes_of_half_a_character():
+    """SmolLM2's byte-level BPE splits "日" over tokens: each is spelled with its own bytes (its text shows U+FFFD),
+    and the bytes join to the text; a special token is its name."""
+    from engine.decode.detok import TokenSpeller
+    from engine.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer("smollm2-135m-instruct")
+    speller = TokenSpeller(tokenizer)
+    text = "héllo 日本 ok"
+    spelled = [speller.candidate(i, None) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
+    assert b"".join(bytes(c.utf8) for c in spelled).decode("utf-8") == text
+    assert any("\ufffd" in c.text for c in spelled)  # a token that holds part of a character
+    assert speller.candidate(tokenizer.eos_token_id, None).text == tokenizer.eos_token

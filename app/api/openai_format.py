@@ -144,7 +144,7 @@ class Answer:
             self.cache = event.to_dict()
         elif event.type == "done":
             self.done = event
-        return Piece(logprobs=[] if self.logprobs else None)
+        return Piece()
 
     def finish(self) -> Piece:
         """What is still held back, released at the end."""

@@ -22,6 +22,7 @@ PRECISIONS = (AUTO, "bf16", "fp16", "fp32", "int8", "nf4", "int8-dynamic", "int8
 MAX_K = 64
 MAX_NEW_TOKENS = 8192
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit integer
+MAX_CANDIDATES = 20  # the most likely tokens a TokenEvent may list beside its own (OpenAI's top_logprobs allows 20)
 # engine/proposers/__init__.py asserts that its registry has exactly these keys (it says which draft each uses)
 PROPOSER_NAMES = ("draft", "fast-draft", "lookup", "hybrid")
 # off: no lookup, no store; verify: a similar cached answer becomes the draft; direct: served as is if guards pass
@@ -29,9 +30,9 @@ CACHE_MODES = ("off", "verify", "direct")
 DEFAULT_CACHE_THRESHOLD = 0.80  # MiniLM: paraphrases sit at 0.81-0.99; unrelated prompts mostly below 0.75
 
 
-def _check(cond: bool, message: str) -> None:
+def _check(cond: bool, message: str, setting: str | None = None) -> None:
     if not cond:
-        raise InvalidSettingError(message)
+        raise InvalidSettingError(message, setting)
 
 
 def is_int(value) -> bool:
@@ -45,26 +46,31 @@ def _is_real(value) -> bool:
 
 def _int_in(name: str, value, low: int, high: int, note: str = "") -> None:
     _check(is_int(value) and low <= value <= high,
-           f"{name} must be a whole number in [{low}, {high}]{note}, got {value!r}")
+           f"{name} must be a whole number in [{low}, {high}]{note}, got {value!r}", name)
 
 
 def _real(name: str, value, ok, bounds: str) -> None:
-    _check(_is_real(value) and ok(value), f"{name} must be a number in {bounds}, got {value!r}")
+    _check(_is_real(value) and ok(value), f"{name} must be a number in {bounds}, got {value!r}", name)
 
 
 def _bool(name: str, value) -> None:
-    _check(isinstance(value, bool), f"{name} must be True or False, got {value!r}")
+    _check(isinstance(value, bool), f"{name} must be True or False, got {value!r}", name)
 
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """temperature == 0 means greedy. top_k == 0 and top_p == 1 switch those filters off."""
+    """temperature == 0 means greedy. top_k == 0 and top_p == 1 switch those filters off.
+
+    ``candidates`` asks what the target's distribution said at each position (vLLM's ``logprobs``): None, nothing
+    (the default); N, each TokenEvent spells its token (text and bytes) and lists the N most likely tokens
+    beside it, with their probabilities (engine.events.Candidates). It changes no token."""
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = None
     max_new_tokens: int = 256
     stop_on_eos: bool = True
+    candidates: int | None = None
 
     def __post_init__(self):
         _real("temperature", self.temperature, lambda t: 0.0 <= t <= 5.0, "[0, 5]")
@@ -74,6 +80,8 @@ class SamplingConfig:
             _int_in("seed", self.seed, 0, MAX_SEED, " or None (random)")
         _int_in("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS)
         _bool("stop_on_eos", self.stop_on_eos)
+        if self.candidates is not None:
+            _int_in("candidates", self.candidates, 0, MAX_CANDIDATES, " or None (off)")
 
     @property
     def greedy(self) -> bool:

@@ -18,7 +18,12 @@ class IncompatiblePairError(EngineError):
 
 
 class InvalidSettingError(EngineError):
-    pass
+    """A setting out of its range. ``setting`` names it when one setting is at fault (e.g. a SamplingConfig
+    field), so that an API can name its own parameter."""
+
+    def __init__(self, message: str, setting: str | None = None):
+        super().__init__(message)
+        self.setting = setting
 
 
 class EmptyPromptError(EngineError):

@@ -19,6 +19,25 @@ TOKEN_KINDS = ("accepted", "corrected", "bonus", "target", "cached")
 
 
 @dataclass(frozen=True)
+class Candidate:
+    """One token of a position's vocabulary, spelled on its own, with the target's probability of it there."""
+    token_id: int
+    text: str  # the token by itself: U+FFFD where it holds only part of a multi-byte character
+    utf8: tuple[int, ...]  # its bytes; the parts of a character split over tokens join from these
+    p_target: float | None  # None: no target distribution decided this position (a cached token)
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """What the target's distribution said at a token's position, when the sampling asks (SamplingConfig.candidates):
+    the token emitted, and the most likely tokens there, most likely first. The distribution is p_target's (after
+    temperature, top-k and top-p; the plain softmax when greedy); tokens those filters removed (probability 0) are
+    left out, so ``top`` may be shorter than asked. A cached token has no distribution: no ``top``."""
+    chosen: Candidate
+    top: tuple[Candidate, ...] = ()
+
+
+@dataclass(frozen=True)
 class TokenEvent:
     token_id: int
     text: str  # decoded piece; "" while a multi-byte character is still incomplete
@@ -32,6 +51,7 @@ class TokenEvent:
     rejected_text: str | None = None  # a special token by its name, e.g. "<|im_end|>"
     # the rejected draft token is special: "end" (it would have ended the answer), "control" (any other), else None
     rejected_special: str | None = None
+    candidates: Candidates | None = None  # only when SamplingConfig.candidates asks
     type: str = "token"
 
     def to_dict(self) -> dict:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from engine.config import DEFAULT_CACHE, CacheConfig
 from engine.errors import EmptyPromptError
-from engine.events import CacheEvent, DoneEvent, StatsEvent, TokenEvent
+from engine.events import CacheEvent, Candidate, Candidates, DoneEvent, StatsEvent, TokenEvent
 from engine.lab.grid import DOCTOR_KINDS
 from engine.lab.results import DoctorReport, LabUpdate, PromptRun, cell_row
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -173,9 +173,15 @@ class RaceEngine(FakeEngine):
 PIECES = [("Hello", "accepted"), (" wor", "corrected"), ("ld", "bonus"), ("! END", "accepted"), (" more", "target")]
 
 
-def piece(text, kind="accepted", i=0):
-    """A token as the OpenAI routes' tests make them: token id and step ``i``, p_target 0.5, q_draft 0.25."""
-    return TokenEvent(token_id=i, text=text, kind=kind, step=i, t=0.0, p_target=0.5, q_draft=0.25)
+def piece(text, kind="accepted", i=0, candidates=None):
+    """A token as the OpenAI routes' tests make them: token id and step ``i``, p_target 0.5, q_draft 0.25. With
+    ``candidates`` (the sampling's), spelled as itself with that many alternatives "alt0", … at p 0.25, 0.125, …"""
+    spelled = None
+    if candidates is not None:
+        top = tuple(Candidate(100 + j, f"alt{j}", tuple(f"alt{j}".encode()), 0.25 / 2**j) for j in range(candidates))
+        spelled = Candidates(Candidate(i, text, tuple(text.encode()), 0.5), top)
+    return TokenEvent(token_id=i, text=text, kind=kind, step=i, t=0.0, p_target=0.5, q_draft=0.25,
+                      candidates=spelled)
 
 
 class PiecesEngine(FakeEngine):
@@ -199,7 +205,7 @@ class PiecesEngine(FakeEngine):
             if cancel is not None and cancel.is_set():
                 break
             ids.append(i)
-            yield piece(text, kind, i)
+            yield piece(text, kind, i, sampling.candidates)
         stats_ = StatsEvent(steps=2, new_tokens=len(ids), proposed=4, accepted=3, elapsed_s=0.1, k=4)
         reason = "cancelled" if len(ids) < len(PIECES) else "length"
         yield DoneEvent(reason, "".join(t for t, _ in PIECES[:len(ids)]), tuple(ids), stats_,

@@ -23,11 +23,13 @@ NAN = math.nan
     (dict(max_new_tokens=0), "max_new_tokens"), (dict(temperature="0.5"), "temperature"),
     (dict(temperature=NAN), "temperature"), (dict(temperature=math.inf), "temperature"),
     (dict(temperature=True), "temperature"), (dict(top_p=NAN), "top_p"), (dict(top_p=0.0), "top_p"),
-    (dict(stop_on_eos="yes"), "stop_on_eos"),
+    (dict(stop_on_eos="yes"), "stop_on_eos"), (dict(candidates=21), "candidates"), (dict(candidates=-1), "candidates"),
+    (dict(candidates=True), "candidates"), (dict(candidates=2.0), "candidates"),
 ])
 def test_sampling_config_rejects_bad_types_and_ranges(kwargs, field):
-    with pytest.raises(InvalidSettingError, match=field):
+    with pytest.raises(InvalidSettingError, match=field) as err:
         SamplingConfig(**kwargs)
+    assert err.value.setting == field  # named, so that an API can name its own parameter
 
 
 @pytest.mark.parametrize("kwargs, field", [
@@ -49,6 +51,7 @@ def test_cache_config_rejects_bad_modes_and_thresholds(kwargs):
 
 def test_valid_edges_are_accepted():
     assert SamplingConfig(seed=2**63 - 1, temperature=1, top_k=40).seed == 2**63 - 1
+    assert SamplingConfig(candidates=0).candidates == 0 and SamplingConfig(candidates=20).candidates == 20
     assert SpecConfig(k=64, k_max=64).k == 64 and CacheConfig("direct", 1.0).threshold == 1.0
     assert set(PROPOSER_NAMES) == set(PROPOSERS)  # names the app offers without importing torch
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import socket
 import threading
 import urllib.request
@@ -12,7 +13,8 @@ from fastapi.testclient import TestClient
 
 from app.context import AppContext
 from app.api.openai_routes import add_openai_routes
-from app.api.openai_format import OPENAI_TEMPERATURE, Release
+from app.api.openai_format import Release
+from app.api.openai_request import OPENAI_TEMPERATURE
 from engine.config import DEFAULT_CACHE, DEFAULT_SAMPLING, DEFAULT_SPEC, SamplingConfig
 from engine.events import CacheEvent, DoneEvent, StatsEvent
 from tests.fakes import PIECES, PiecesEngine
@@ -87,7 +89,52 @@ def test_streamed_chunks_end_with_done_and_add_up_to_the_answer():
     kinds = [s["kind"] for ch in chunks for s in ch["choices"][0]["speculation"]]
     assert kinds == ["accepted", "corrected"]
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
-    assert chunks[-1]["usage"]["completion_tokens"] == 2 and chunks[-1]["usage"]["prompt_tokens"] == 3
+    assert not any("usage" in ch for ch in chunks)  # only stream_options.include_usage asks for it
+    assert all(ch["choices"][0]["logprobs"] is None for ch in chunks)  # nor were logprobs asked for
+
+
+def test_include_usage_sends_a_last_chunk_with_no_choices_and_the_usage():
+    """OpenAI's stream_options.include_usage: every chunk has ``usage`` null, then one more chunk (choices [])
+    carries the request's usage, just before [DONE]."""
+    c, _ = client()
+    with c.stream("POST", "/v1/chat/completions",
+                  json=ask(stream=True, stop="ld!", stream_options={"include_usage": True})) as r:
+        r.read()
+    *answer, last = sse_chunks(r)
+    assert last["choices"] == [] and last["object"] == "chat.completion.chunk"
+    assert last["usage"]["completion_tokens"] == 2 and last["usage"]["prompt_tokens"] == 3
+    assert answer[-1]["choices"][0]["finish_reason"] == "stop"
+    assert all("usage" in ch and ch["usage"] is None for ch in answer)
+
+
+@pytest.mark.parametrize("stop", [None, "ld!"])
+def test_logprobs_come_in_openai_shape_with_the_kind_beside_in_the_whole_and_the_streamed_answer(stop):
+    c, engine = client()
+    request = ask(logprobs=True, top_logprobs=2, stop=stop)
+    whole = c.post("/v1/chat/completions", json=request).json()["choices"][0]
+    assert engine.calls[0]["sampling"].candidates == 2  # asked of the engine
+    content = whole["logprobs"]["content"]
+    assert [e["kind"] for e in content] == [s["kind"] for s in whole["speculation"]]
+    assert [e["token"] for e in content] == [t for t, _ in PIECES[:len(content)]]
+    assert all(e["bytes"] == list(e["token"].encode()) and e["logprob"] == pytest.approx(math.log(0.5))
+               for e in content)
+    assert [[(t["token"], t["logprob"]) for t in e["top_logprobs"]] for e in content] == \
+        [[("alt0", pytest.approx(math.log(0.25))), ("alt1", pytest.approx(math.log(0.125)))]] * len(content)
+    with c.stream("POST", "/v1/chat/completions", json={**request, "stream": True}) as r:
+        r.read()
+    chunks = sse_chunks(r)
+    streamed = [e for ch in chunks if ch["choices"][0]["logprobs"] for e in ch["choices"][0]["logprobs"]["content"]]
+    assert streamed == content
+    assert all(bool(ch["choices"][0]["logprobs"]) == bool(ch["choices"][0]["speculation"]) for ch in chunks)
+
+
+def test_logprobs_without_top_logprobs_asks_for_none_beside_the_token():
+    c, engine = client()
+    content = c.post("/v1/chat/completions", json=ask(logprobs=True)).json()["choices"][0]["logprobs"]["content"]
+    assert engine.calls[0]["sampling"].candidates == 0
+    assert len(content) == len(PIECES) and all(e["top_logprobs"] == [] for e in content)
+    assert c.post("/v1/chat/completions", json=ask()).json()["choices"][0]["logprobs"] is None
+    assert engine.calls[1]["sampling"].candidates is None
 
 
 def test_the_engine_reports_the_prompt_length_on_its_done_event():
@@ -124,10 +171,25 @@ def test_models_list_the_loaded_pair():
     ({"model": "tgt"}, 422, "messages"),  # missing field
     (ask(temperature="hot"), 422, "temperature"),  # wrong type
     ({"model": "tgt", "messages": [{"role": "user", "content": "  "}]}, 400, None),  # the engine: empty prompt
-    (ask(temperature=9), 400, None),  # the engine's SamplingConfig: out of range
-    (ask(n=2), 400, None),
-    (ask(stop=["a", "b", "c", "d", "e"]), 400, None),
-    ({"model": "tgt", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, None),
+    (ask(temperature=9), 400, "temperature"),
+    (ask(temperature=2.5), 400, "temperature"),  # within the engine's range, outside OpenAI's [0, 2]
+    (ask(temperature=-0.5), 400, "temperature"),
+    (ask(top_p=0), 400, "top_p"),  # the engine's SamplingConfig refuses, the request's parameter is named
+    (ask(seed=-1), 400, "seed"),
+    (ask(n=2), 400, "n"),
+    (ask(stop=["a", "b", "c", "d", "e"]), 400, "stop"),
+    ({"model": "tgt", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, "messages"),
+    (ask(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}]), 400, "tools"),
+    (ask(tool_choice="auto"), 400, "tool_choice"),
+    (ask(tool_choice={"type": "function", "function": {"name": "f"}}), 400, "tool_choice"),
+    (ask(functions=[{"name": "f", "parameters": {}}]), 400, "functions"),
+    (ask(function_call="auto"), 400, "function_call"),
+    (ask(response_format={"type": "json_object"}), 400, "response_format"),
+    (ask(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}), 400,
+     "response_format"),
+    (ask(logprobs=True, top_logprobs=21), 400, "top_logprobs"),  # OpenAI's 0..20
+    (ask(top_logprobs=2), 400, "top_logprobs"),  # without logprobs: true
+    (ask(stream_options={"include_usage": True}), 400, "stream_options"),  # without stream: true
 ])
 def test_bad_requests_get_openai_error_json(payload, status, param):
     c, _ = client()
@@ -151,7 +213,15 @@ def test_a_limit_of_zero_tokens_is_refused_as_openai_does_not_taken_as_unset(fie
     r = c.post("/v1/chat/completions", json=ask(**{field: 0}))
     assert r.status_code == 400, r.text
     assert "max_new_tokens" in r.json()["error"]["message"] and "got 0" in r.json()["error"]["message"]
+    assert r.json()["error"]["param"] == field
     assert engine.calls == []  # refused before the engine was asked
+
+
+@pytest.mark.parametrize("extra", [dict(tool_choice="none"), dict(tools=[], tool_choice="none"),
+                                   dict(response_format={"type": "text"}), dict(function_call="none")])
+def test_what_changes_nothing_is_not_refused(extra):
+    c, _ = client()
+    assert c.post("/v1/chat/completions", json=ask(**extra)).status_code == 200
 
 
 def test_the_key_is_checked_before_the_request_is_read():
@@ -272,8 +342,11 @@ def test_the_streamed_and_the_whole_answer_are_the_same_answer(stop):
     assert "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks) == choice["message"]["content"]
     assert [s for ch in chunks for s in ch["choices"][0]["speculation"]] == choice["speculation"]
     assert chunks[-1]["choices"][0]["finish_reason"] == choice["finish_reason"]
-    assert chunks[-1]["usage"] == whole["usage"]
     assert chunks[0]["x_cache"] == whole["x_cache"] and whole["x_cache"]["outcome"] == "off"
+    with c.stream("POST", "/v1/chat/completions",
+                  json=ask(stop=stop, stream=True, stream_options={"include_usage": True})) as r:
+        r.read()
+    assert sse_chunks(r)[-1]["usage"] == whole["usage"]
 
 
 class FailingEngine(FakeEngine):
@@ -289,16 +362,17 @@ class FailingEngine(FakeEngine):
 def test_a_generation_that_fails_mid_stream_says_so_and_ends_the_stream():
     app = add_openai_routes(FastAPI(), AppContext(FailingEngine()))
     with TestClient(app, raise_server_exceptions=False) as c:
-        with c.stream("POST", "/v1/chat/completions", json=ask(stream=True)) as r:
+        with c.stream("POST", "/v1/chat/completions",
+                      json=ask(stream=True, stream_options={"include_usage": True})) as r:
             r.read()
     chunks = sse_chunks(r)  # ends with [DONE]
     errors = [ch["error"] for ch in chunks if "error" in ch]
     assert len(errors) == 1 and errors[0]["type"] == "server_error"
     assert errors[0]["message"] == "generation failed: the device fell over"
-    answer = [ch for ch in chunks if "choices" in ch]
+    *answer, last = [ch for ch in chunks if "choices" in ch]
     assert "".join(ch["choices"][0]["delta"].get("content", "") for ch in answer) == "Hello wor"
     assert answer[-1]["choices"][0]["finish_reason"] == "stop"
-    assert answer[-1]["usage"]["completion_tokens"] == 2 and answer[-1]["usage"]["prompt_tokens"] == 0
+    assert last["choices"] == [] and last["usage"]["completion_tokens"] == 2 and last["usage"]["prompt_tokens"] == 0
 
 
 def test_api_key_is_required_when_set():

@@ -1,75 +1,71 @@
-"""The OpenAI chat-completions wire format: request model, stop strings, response and chunk bodies, errors.
+"""The OpenAI chat-completions wire format: answers as released to the client, response and chunk bodies, errors.
 
-Pure functions and small classes; app/api/openai_routes.py wires them to the engine. Extensions beyond OpenAI's
-format: ``choices[0].speculation`` (one entry per token: kind, text, p_target, q_draft, token_id), the
-acceptance numbers in ``usage`` and the cache outcome in ``x_cache``.
+Pure functions and small classes; app/api/openai_routes.py wires them to the engine (the request side is
+app/api/openai_request.py). Extensions beyond OpenAI's format: ``choices[0].speculation`` (one entry per token:
+kind, text, p_target, q_draft, token_id), a ``kind`` in each logprobs entry, the acceptance numbers in ``usage``
+and the cache outcome in ``x_cache``.
 """
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict
-
-from engine.errors import InvalidSettingError
 from engine.events import DoneEvent
 
 FINISH = {"eos": "stop", "length": "length", "cancelled": "stop"}
-OPENAI_TEMPERATURE = 1.0  # OpenAI's default when a request names none (every other default is the engine's)
-MAX_STOPS = 4
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    role: str
-    content: str | list[dict] | None = None
+class ApiError(Exception):
+    """A request refused with OpenAI's error body (``error_body``), its HTTP status and the parameter at fault."""
 
-
-class ChatCompletionRequest(BaseModel):
-    """What /v1/chat/completions reads; other OpenAI fields are accepted and ignored."""
-    model_config = ConfigDict(extra="ignore")
-    model: str = ""
-    messages: list[ChatMessage]
-    temperature: float | None = None  # None: OPENAI_TEMPERATURE
-    top_p: float | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    stream: bool = False
-    n: int | None = None
-
-
-def _text(content: str | list[dict] | None) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    parts = []
-    for part in content:
-        if part.get("type") != "text" or not isinstance(part.get("text"), str):
-            raise InvalidSettingError(f"only text content parts are supported, got type {part.get('type')!r}")
-        parts.append(part["text"])
-    return "".join(parts)
-
-
-def engine_messages(req: ChatCompletionRequest) -> list[dict]:
-    """OpenAI messages -> the engine's [{"role", "content"}] ("developer" counts as "system")."""
-    if req.n not in (None, 1):
-        raise InvalidSettingError("only n=1 is supported")
-    return [{"role": "system" if m.role == "developer" else m.role, "content": _text(m.content)}
-            for m in req.messages]
-
-
-def stop_strings(req: ChatCompletionRequest) -> tuple[str, ...]:
-    stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-    if len(stops) > MAX_STOPS:
-        raise InvalidSettingError(f"at most {MAX_STOPS} stop strings, got {len(stops)}")
-    return tuple(s for s in stops if s)
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", code: str | None = None,
+                 headers: dict | None = None, param: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.kind, self.code, self.headers = status, message, kind, code, headers
+        self.param = param
 
 
 def speculation_entry(ev, text: str | None = None) -> dict:
     return {"kind": ev.kind, "text": ev.text if text is None else text, "token_id": ev.token_id,
             "p_target": ev.p_target, "q_draft": ev.q_draft}
+
+
+def _logprob(p: float | None) -> float | None:
+    """ln p; None where there is no distribution (a cached token). p is never 0 here: the engine leaves such
+    tokens out, and JSON has no -inf."""
+    return math.log(p) if p else None
+
+
+def _spelled(candidate) -> dict:
+    return {"token": candidate.text, "logprob": _logprob(candidate.p_target), "bytes": list(candidate.utf8)}
+
+
+def logprob_entry(ev) -> dict:
+    """OpenAI's ``logprobs.content`` entry of one token, from the target's distribution at its position (the
+    engine's Candidates), with the token's speculation ``kind`` beside it. A cached token has no distribution:
+    ``logprob`` null and no ``top_logprobs``."""
+    candidates = ev.candidates
+    if candidates is None:  # an engine that was not asked, or could not say: the text alone, no numbers
+        return {"token": ev.text, "logprob": None, "bytes": list(ev.text.encode()), "top_logprobs": [],
+                "kind": ev.kind}
+    return {**_spelled(candidates.chosen), "top_logprobs": [_spelled(c) for c in candidates.top], "kind": ev.kind}
+
+
+@dataclass(frozen=True)
+class Piece:
+    """What one event releases to the client: text, and the tokens it completes as speculation entries and, when
+    the request asked for logprobs, as logprobs entries (else None)."""
+    text: str = ""
+    speculation: list[dict] = field(default_factory=list)
+    logprobs: list[dict] | None = None
+
+
+def joined(pieces: list[Piece]) -> Piece:
+    """Pieces one after the other, as one (the whole answer's)."""
+    logprobs = [e for p in pieces for e in p.logprobs or []] if any(p.logprobs is not None for p in pieces) else None
+    return Piece("".join(p.text for p in pieces), [e for p in pieces for e in p.speculation], logprobs)
 
 
 @dataclass
@@ -130,28 +126,29 @@ class Release:
 
 @dataclass
 class Answer:
-    """One generation's events as the client receives them, fed one at a time: the text and speculation entries
-    each event releases (``Release`` holds them back near a stop string and cuts at one), the cache outcome,
-    and from the last event the finish reason and usage. The whole and the streamed response are both made
-    from it, so they cannot disagree."""
+    """One generation's events as the client receives them, fed one at a time: the Piece each event releases
+    (``Release`` holds text back near a stop string and cuts at one), the cache outcome, and from the last event
+    the finish reason and usage. The whole and the streamed response are both made from it, so they cannot
+    disagree. ``logprobs``: the request asked for them."""
     release: Release
+    logprobs: bool = False
     cache: dict | None = None
     done: DoneEvent | None = None  # the last event, once it came
     n_tokens: int = 0  # tokens released so far (a cut token counts; the tokens after it never do)
 
-    def add(self, event) -> tuple[str, list[dict]]:
-        """The text and speculation entries that ``event`` releases (nothing once a stop string has cut)."""
+    def add(self, event) -> Piece:
+        """What ``event`` releases (nothing once a stop string has cut)."""
         if event.type == "token":
-            return self._count(self.release.add(event))
+            return self._piece(self.release.add(event))
         if event.type == "cache":
             self.cache = event.to_dict()
         elif event.type == "done":
             self.done = event
-        return "", []
+        return Piece()
 
-    def finish(self) -> tuple[str, list[dict]]:
+    def finish(self) -> Piece:
         """What is still held back, released at the end."""
-        return self._count(self.release.finish())
+        return self._piece(self.release.finish())
 
     @property
     def stopped(self) -> bool:
@@ -172,9 +169,13 @@ class Answer:
             return usage(0, self.n_tokens, None)
         return usage(self.done.prompt_tokens, self.n_tokens, self.done.stats)
 
-    def _count(self, released: tuple[str, list[dict]]) -> tuple[str, list[dict]]:
-        self.n_tokens += len(released[1])
-        return released
+    def _piece(self, released: tuple[str, list[dict]]) -> Piece:
+        """The released text and speculation entries, with the logprobs entries of the same tokens (the Release
+        keeps every token it was fed; the first ``n_tokens`` of them have been released before)."""
+        delta, speculation = released
+        tokens = self.release.tokens[self.n_tokens: self.n_tokens + len(speculation)]
+        self.n_tokens += len(speculation)
+        return Piece(delta, speculation, [logprob_entry(ev) for ev in tokens] if self.logprobs else None)
 
 
 def usage(prompt_tokens: int, completion_tokens: int, stats) -> dict:
@@ -189,25 +190,40 @@ def new_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex[:24]}"
 
 
-def completion_body(cid: str, model: str, text: str, finish_reason: str, speculation: list[dict], use: dict,
+def _choice_logprobs(entries: list[dict] | None) -> dict | None:
+    return None if entries is None else {"content": entries, "refusal": None}
+
+
+def completion_body(cid: str, model: str, text: str, finish_reason: str, released: Piece, use: dict,
                     cache: dict | None) -> dict:
+    """The whole answer (``released``: all its tokens' entries)."""
     return {"id": cid, "object": "chat.completion", "created": int(time.time()), "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": finish_reason, "logprobs": None, "speculation": speculation}],
+                         "finish_reason": finish_reason, "logprobs": _choice_logprobs(released.logprobs),
+                         "speculation": released.speculation}],
             "usage": use, "x_cache": cache}
 
 
-def chunk_body(cid: str, model: str, delta: dict, speculation: list[dict] | None = None,
-               finish_reason: str | None = None, use: dict | None = None, cache: dict | None = None) -> dict:
-    choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None,
-              "speculation": speculation or []}
+def chunk_body(cid: str, model: str, delta: dict, released: Piece | None = None, finish_reason: str | None = None,
+               cache: dict | None = None, null_usage: bool = False) -> dict:
+    """One chat.completion.chunk with one choice; a chunk that releases no tokens has ``logprobs`` null. With
+    ``null_usage`` (the request's include_usage) it has ``usage`` null: only the last chunk (``usage_chunk``) has it."""
+    released = released or Piece()
+    choice = {"index": 0, "delta": delta, "finish_reason": finish_reason,
+              "logprobs": _choice_logprobs(released.logprobs or None), "speculation": released.speculation}
     body = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
             "choices": [choice]}
-    if use is not None:
-        body["usage"] = use
+    if null_usage:
+        body["usage"] = None
     if cache is not None:
         body["x_cache"] = cache
     return body
+
+
+def usage_chunk(cid: str, model: str, use: dict) -> dict:
+    """``stream_options.include_usage``'s last chunk, before ``[DONE]``: no choices, the usage of the request."""
+    return {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model,
+            "choices": [], "usage": use}
 
 
 def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None,

@@ -23,11 +23,11 @@ from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.auth import API_PREFIX, BearerKeyMiddleware, gradio_login
-from app.api.openai_format import (OPENAI_TEMPERATURE, Answer, ChatCompletionRequest, Release, chunk_body,
-                                   completion_body, engine_messages, error_body, new_id, stop_strings,
-                                   validation_error_body)
+from app.api.openai_format import (Answer, ApiError, Piece, Release, chunk_body, completion_body, error_body, joined,
+                                   new_id, usage_chunk, validation_error_body)
+from app.api.openai_request import ChatCompletionRequest, check_request, engine_messages, sampling_of, stop_strings
 from app.context import AppContext
-from engine.config import DEFAULT_CACHE, DEFAULT_SAMPLING, DEFAULT_SPEC, SamplingConfig
+from engine.config import DEFAULT_CACHE, DEFAULT_SPEC
 from engine.errors import EngineError
 
 log = logging.getLogger(__name__)
@@ -36,30 +36,12 @@ log = logging.getLogger(__name__)
 HTTP_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", code: str | None = None,
-                 headers: dict | None = None):
-        super().__init__(message)
-        self.status, self.message, self.kind, self.code, self.headers = status, message, kind, code, headers
-
-
-def _first_given(*values):
-    return next((v for v in values if v is not None), None)
-
-
-def _sampling(req: ChatCompletionRequest) -> SamplingConfig:
-    """The request's sampling; what it leaves out is OpenAI's default temperature, else the engine's defaults.
-    A given ``max_tokens`` of 0 is passed on, for the engine to refuse (as OpenAI does), not taken as unset."""
-    max_new_tokens = _first_given(req.max_completion_tokens, req.max_tokens, DEFAULT_SAMPLING.max_new_tokens)
-    return SamplingConfig(temperature=OPENAI_TEMPERATURE if req.temperature is None else req.temperature,
-                          top_p=DEFAULT_SAMPLING.top_p if req.top_p is None else req.top_p,
-                          max_new_tokens=max_new_tokens, seed=req.seed)
-
-
 def _start(ctx: AppContext, req: ChatCompletionRequest, cancel: threading.Event):
     """Check the request and pull the engine's first event, so bad input fails before any response starts.
     The same default proposer, adaptive k and cache as a browser chat."""
-    messages, sampling, answer = engine_messages(req), _sampling(req), Answer(Release(stop_strings(req)))
+    check_request(req)
+    messages, sampling = engine_messages(req), sampling_of(req)
+    answer = Answer(Release(stop_strings(req)), logprobs=bool(req.logprobs))
     events = ctx.engine.generate(messages, sampling, DEFAULT_SPEC, cache=DEFAULT_CACHE, cancel=cancel)
     first = next(events)
     return answer, first, events
@@ -70,27 +52,26 @@ def _model(ctx: AppContext) -> str:
     return pair["target"] if pair else "speclens"
 
 
-def released(answer: Answer, events: Iterator, cancel: threading.Event) -> Iterator[tuple[str, list[dict]]]:
-    """The one path from events to the response: what each event releases to the client (text, speculation
-    entries), when it releases anything. A stop string sets ``cancel``: the engine stops at its next step, and
-    its last events (the DoneEvent) still come through."""
+def released(answer: Answer, events: Iterator, cancel: threading.Event) -> Iterator[Piece]:
+    """The one path from events to the response: what each event releases to the client (text, speculation and
+    logprobs entries), when it releases anything. A stop string sets ``cancel``: the engine stops at its next
+    step, and its last events (the DoneEvent) still come through."""
     for event in events:
-        delta, spec = answer.add(event)
+        piece = answer.add(event)
         if answer.stopped:
             cancel.set()
-        if delta or spec:
-            yield delta, spec
+        if piece.text or piece.speculation:
+            yield piece
 
 
 def run_completion(ctx: AppContext, req: ChatCompletionRequest, cancel: threading.Event) -> dict:
     """A whole answer as one chat.completion body; setting ``cancel`` stops the engine at its next step."""
     answer, first, events = _start(ctx, req, cancel)
-    speculation = [entry for _, spec in released(answer, chain([first], events), cancel) for entry in spec]
-    speculation += answer.finish()[1]
+    whole = joined([*released(answer, chain([first], events), cancel), answer.finish()])
     if answer.done.finish_reason == "cancelled" and not answer.stopped:
         log.warning("the client left before its answer was complete: stopped after %d tokens",
                     len(answer.done.token_ids))
-    return completion_body(new_id(), _model(ctx), answer.text, answer.finish_reason(), speculation, answer.usage(),
+    return completion_body(new_id(), _model(ctx), answer.text, answer.finish_reason(), whole, answer.usage(),
                            answer.cache)
 
 
@@ -113,21 +94,25 @@ def _sse(body: dict) -> str:
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
 
-def sse_chunks(answer: Answer, first, events: Iterator, cancel: threading.Event, cid: str,
-               model: str) -> Iterator[str]:
+def sse_chunks(answer: Answer, first, events: Iterator, cancel: threading.Event, cid: str, model: str,
+               include_usage: bool = False) -> Iterator[str]:
     """The streamed response, one server-sent event at a time: the role (with the cache outcome, the ``first``
-    event), a chunk per release, the last chunk with the finish reason and usage, then ``data: [DONE]``."""
-    yield _sse(chunk_body(cid, model, {"role": "assistant", "content": ""},
-                          cache=first.to_dict() if first.type == "cache" else None))
+    event), a chunk per release, the last chunk with the finish reason, with ``include_usage`` a chunk with no
+    choices and the usage, then ``data: [DONE]``."""
+    def chunk(delta: dict, piece: Piece | None = None, **kw) -> str:
+        return _sse(chunk_body(cid, model, delta, piece, null_usage=include_usage, **kw))
+
+    yield chunk({"role": "assistant", "content": ""}, cache=first.to_dict() if first.type == "cache" else None)
     try:
-        for delta, spec in released(answer, chain([first], events), cancel):
-            yield _sse(chunk_body(cid, model, {"content": delta}, spec))
+        for piece in released(answer, chain([first], events), cancel):
+            yield chunk({"content": piece.text}, piece)
     except Exception as err:  # the response has begun: no status is left to fail with, so the stream says it
         log.exception("generation failed mid-stream")
         yield _sse(error_body(f"generation failed: {err}", "server_error"))
-    delta, spec = answer.finish()
-    yield _sse(chunk_body(cid, model, {"content": delta} if delta else {}, spec, answer.finish_reason(),
-                          answer.usage()))
+    piece = answer.finish()
+    yield chunk({"content": piece.text} if piece.text else {}, piece, finish_reason=answer.finish_reason())
+    if include_usage:
+        yield _sse(usage_chunk(cid, model, answer.usage()))
     yield "data: [DONE]\n\n"
 
 
@@ -146,7 +131,8 @@ async def stream_completion(ctx: AppContext, req: ChatCompletionRequest):
     Each step of the engine runs on a worker thread (Starlette's ``iterate_in_threadpool``)."""
     cancel = threading.Event()
     answer, first, events = await run_in_threadpool(_start, ctx, req, cancel)
-    chunks = sse_chunks(answer, first, events, cancel, new_id(), _model(ctx))
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    chunks = sse_chunks(answer, first, events, cancel, new_id(), _model(ctx), include_usage)
 
     async def body():
         try:
@@ -201,7 +187,7 @@ def add_error_handlers(app: FastAPI) -> None:
     def respond(status: int, body: dict) -> JSONResponse:
         return JSONResponse(body, status_code=status)
 
-    app.add_exception_handler(ApiError, lambda r, e: JSONResponse(error_body(e.message, e.kind, code=e.code),
+    app.add_exception_handler(ApiError, lambda r, e: JSONResponse(error_body(e.message, e.kind, e.param, e.code),
                                                                   status_code=e.status, headers=e.headers))
     app.add_exception_handler(EngineError, lambda r, e: respond(400, error_body(str(e))))
     app.add_exception_handler(RequestValidationError, lambda r, e: respond(422, validation_error_body(e.errors())))

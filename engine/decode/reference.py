@@ -13,7 +13,7 @@ from engine.events import Event
 from engine.decode.clock import StepClock
 from engine.decode.draft import EMPTY_DRAFT
 from engine.decode.runner import ModelRunner
-from engine.decode.sampling import logits_to_probs, make_generator, sample
+from engine.decode.sampling import logits_to_probs, make_generator, sample, top_tokens
 from engine.decode.stream import StatsTracker, TokenStream
 
 
@@ -31,7 +31,8 @@ def reference_generate(target: ModelRunner, prompt_ids: list[int], stream: Token
         stats.record_step(clock.step(EMPTY_DRAFT, 0, len(fed)))
         pos = len(context)
         context.append(token)
-        event = stream.emit(token, "target", stats.steps - 1, p_target=float(p_target[token]))
+        top = top_tokens(p_target[None], sampling.candidates or 0)[0]
+        event = stream.emit(token, "target", stats.steps - 1, top, p_target=float(p_target[token]))
         if event is not None:
             yield event
         yield stats.snapshot(len(stream.token_ids))

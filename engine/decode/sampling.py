@@ -41,6 +41,15 @@ def sample(probs: torch.Tensor, sampling: SamplingConfig, generator: torch.Gener
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
+def top_tokens(probs: torch.Tensor, n: int) -> list[list[tuple[int, float]]]:
+    """(rows, vocab) probabilities -> each row's ``n`` most likely (token id, probability), most likely first. Tokens
+    of probability 0 (removed by top-k or top-p) are left out. n == 0 computes nothing: empty rows."""
+    if n == 0:
+        return [[] for _ in range(probs.shape[0])]
+    values, ids = torch.topk(probs, min(n, probs.shape[-1]), dim=-1)  # (rows, n) each
+    return [[(i, p) for i, p in zip(row_ids, row_p) if p > 0] for row_ids, row_p in zip(ids.tolist(), values.tolist())]
+
+
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
     """A generator on the device the probabilities live on (the same seed draws differently on each device)."""
     generator = torch.Generator(device=device)

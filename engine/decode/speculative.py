@@ -16,7 +16,7 @@ from engine.speed.kpolicy import FixedK, KChoice, KPolicy, StepRecord
 from engine.decode.clock import StepClock
 from engine.decode.runner import ModelRunner
 from engine.decode.draft import Draft, Proposer
-from engine.decode.sampling import logits_to_probs, make_generator
+from engine.decode.sampling import logits_to_probs, make_generator, top_tokens
 from engine.decode.stream import StatsTracker, TokenStream
 from engine.decode.verify import Verdict, verify_greedy, verify_rejection
 
@@ -46,9 +46,10 @@ def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: li
         # 4. roll back the target to the accepted prefix (the new token is fed next step)
         pos = len(context) + verdict.n_accepted
         target.rollback(pos)
-        # 5. emit
+        # 5. emit (with the most likely tokens of each emitted position, when the sampling asks for them)
         context += draft.tokens[: verdict.n_accepted] + [verdict.token]
-        yield from _emit(stream, draft, verdict, p_target, stats.steps - 1)
+        tops = top_tokens(p_target[: verdict.n_accepted + 1], sampling.candidates or 0)
+        yield from _emit(stream, draft, verdict, p_target, tops, stats.steps - 1)
         yield stats.snapshot(len(stream.token_ids))
     yield stream.done(stats.snapshot(len(stream.token_ids)))
 
@@ -75,12 +76,13 @@ def _verify(p_target: torch.Tensor, draft: Draft, sampling: SamplingConfig, gene
 
 
 def _emit(stream: TokenStream, draft: Draft, verdict: Verdict, p_target: torch.Tensor,
-          step: int) -> Iterator[TokenEvent]:
-    """TokenEvents for the accepted draft tokens and the target's own token, with their p and q."""
+          tops: list[list[tuple[int, float]]], step: int) -> Iterator[TokenEvent]:
+    """TokenEvents for the accepted draft tokens and the target's own token, with their p and q; ``tops[i]``: the
+    most likely tokens of row i of p_target."""
     n = verdict.n_accepted
     q = draft.q_probs
     for i, token in enumerate(draft.tokens[:n]):
-        event = stream.emit(token, "accepted", step, p_target=float(p_target[i, token]),
+        event = stream.emit(token, "accepted", step, tops[i], p_target=float(p_target[i, token]),
                             q_draft=float(q[i, token]) if q is not None else None, draft_pos=i)
         if event is not None:
             yield event
@@ -93,6 +95,6 @@ def _emit(stream: TokenStream, draft: Draft, verdict: Verdict, p_target: torch.T
                 "q_draft": float(q[n, token]) if q is not None else None}
     else:
         kind, info = "bonus", {}
-    event = stream.emit(token, kind, step, p_target=float(p_target[n, token]), **info)
+    event = stream.emit(token, kind, step, tops[n], p_target=float(p_target[n, token]), **info)
     if event is not None:
         yield event

@@ -3,20 +3,23 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from engine.speed.costmodel import StepCosts
 from engine.speed.kpolicy import StepRecord
-from engine.decode.detok import IncrementalDetokenizer
-from engine.events import DoneEvent, StatsEvent, TokenEvent
+from engine.decode.detok import IncrementalDetokenizer, TokenSpeller
+from engine.events import Candidates, DoneEvent, StatsEvent, TokenEvent
 
 
 class TokenStream:
-    """Turns accepted token ids into TokenEvents; knows when to stop (EOS, length)."""
+    """Turns accepted token ids into TokenEvents; knows when to stop (EOS, length). With ``candidates`` each event
+    carries its Candidates: the token spelled on its own and the alternatives the decoder passes to ``emit``."""
 
     def __init__(self, tokenizer, eos_ids: frozenset[int], max_new_tokens: int, stop_on_eos: bool = True,
-                 prompt_tokens: int = 0):
+                 prompt_tokens: int = 0, candidates: bool = False):
         self.detok = IncrementalDetokenizer(tokenizer)
+        self.speller = TokenSpeller(tokenizer) if candidates else None
         self.prompt_tokens = prompt_tokens  # the prompt this answers (chat template included), for usage
         self.eos_ids = eos_ids if stop_on_eos else frozenset()
         self.end_ids = eos_ids  # what a rejected draft token is called: "end" even when the answer may go on
@@ -39,8 +42,10 @@ class TokenStream:
     def remaining(self) -> int:
         return self.max_new_tokens - len(self.token_ids)
 
-    def emit(self, token_id: int, kind: str, step: int, **info) -> TokenEvent | None:
-        """Record one token; None (and finished) when it is EOS."""
+    def emit(self, token_id: int, kind: str, step: int, top: Sequence[tuple[int, float]] = (),
+             **info) -> TokenEvent | None:
+        """Record one token; None (and finished) when it is EOS. ``top``: the most likely (token id, p_target) at its
+        position, kept when the stream spells candidates."""
         if self.finish_reason:
             return None
         if token_id in self.eos_ids:
@@ -51,6 +56,9 @@ class TokenStream:
             self.finish_reason = "length"
         if info.get("rejected_token_id") is not None:
             info.update(self._rejected(info["rejected_token_id"]))
+        if self.speller is not None:
+            info["candidates"] = Candidates(self.speller.candidate(token_id, info.get("p_target")),
+                                            tuple(self.speller.candidate(i, p) for i, p in top))
         return TokenEvent(token_id=token_id, text=self.detok.push(token_id), kind=kind, step=step,
                           t=time.perf_counter() - self.t0, **info)
 

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from engine.cache.judge import judge_line
 from engine.cache.semantic_cache import SemanticCache
 from engine.config import CacheConfig, SamplingConfig, SpecConfig
 from engine.divergence import Divergence, Fp32Proof
@@ -100,7 +101,9 @@ class ChatEngine:
             return CacheInfo(available=False)
         search = self.cache.search
         backend = f"{self.cache.location}, searched by {search}" if search else self.cache.location
-        return CacheInfo(available=True, threshold=self.cache.threshold, backend=backend)
+        pair = self.slot.pair
+        judge = judge_line(pair.target if pair else None, self.slot.paraphrase_judge)
+        return CacheInfo(available=True, threshold=self.cache.threshold, backend=backend, judge=judge)
 
     def cache_stats(self) -> CacheStats | None:
         return None if self.cache is None else self.cache.stats()

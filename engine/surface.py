@@ -47,6 +47,7 @@ class CacheInfo:
     available: bool  # False: this engine runs without a semantic cache (see the launch log)
     threshold: float = DEFAULT_CACHE.threshold  # the similarity a semantic hit needs, unless a request says
     backend: str = ""  # where the entries live, safe to show (passwords masked)
+    judge: str = ""  # direct mode's paraphrase judge for the loaded target, in words ("" before a pair loads)
 
 
 @runtime_checkable

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench.cache import calibrate
-from engine.cache.judge import YES_THRESHOLDS, judge_for, uncalibrated_note
+from engine.cache.judge import CANNOT_JUDGE, YES_THRESHOLDS, judge_for, uncalibrated_note
 from engine.models.hardware import AUTO_PRECISION
 
 QWEN = ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct")
@@ -17,11 +17,17 @@ CPU_KINDS = ("amx", "avx512-bf16", "avx512", "avx2", "baseline")
 
 @pytest.mark.parametrize("kind", CPU_KINDS)
 @pytest.mark.parametrize("name", QWEN)
-def test_direct_mode_judges_at_the_precision_auto_picks_on_every_cpu_kind(kind, name):
-    """It did not: only bf16 had thresholds, and auto picks int8-weight or int4 for a target on every CPU kind."""
+def test_every_precision_auto_picks_on_a_cpu_is_calibrated_or_measured_unable(kind, name):
+    """It was neither: only bf16 had thresholds, and auto picks int8-weight or int4 for a target on every CPU
+    kind. The default target judges there; a model measured unable to separate says why in words."""
     precision = AUTO_PRECISION[kind][0]
-    assert (name, precision) in YES_THRESHOLDS
-    assert uncalibrated_note(SimpleNamespace(name=name, precision=precision)) == ""
+    target = SimpleNamespace(name=name, precision=precision)
+    if name == QWEN[0]:
+        assert (name, precision) in YES_THRESHOLDS and uncalibrated_note(target) == ""
+    else:
+        assert ((name, precision) in YES_THRESHOLDS) != ((name, precision) in CANNOT_JUDGE)
+        if (name, precision) in CANNOT_JUDGE:
+            assert "does not separate paraphrases from near-misses" in uncalibrated_note(target)
 
 
 def test_a_precision_without_a_threshold_is_said_in_words():
@@ -69,3 +75,16 @@ def test_calibrate_scores_every_pair_with_the_real_model(tmp_path, capsys):
     negatives = [p["p_yes"] for p in report["pairs"] if not p["same"] and p["judged_in_the_app"]]
     assert report["proposal"]["threshold"] > max(negatives)
     assert "proposed threshold" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("precision, words", [("int8-weight", "judges near-hits the guards stop (serves at P(Yes) \u2265 0.85"),
+                                              ("nf4", "no paraphrase-judge calibration for qwen2.5-coder-1.5b-instruct at nf4")])
+def test_the_cache_panel_says_in_words_whether_direct_mode_judges(precision, words):
+    from app.tabs.cache import cache_summary_html
+    from engine.cache.judge import judge_line
+    from engine.surface import CacheInfo, CacheStats
+
+    line = judge_line(SimpleNamespace(name=QWEN[0], precision=precision))
+    assert words in line
+    html = cache_summary_html(CacheInfo(available=True, judge=line), CacheStats(entries=0))
+    assert 'class="cache-judge"' in html and "P(Yes) \u2265 0.85" in html if precision == "int8-weight" else "nf4" in html

@@ -66,6 +66,9 @@ def cache_summary_html(info: CacheInfo, stats: CacheStats | None) -> str:
     cells = "".join(f'<div class="stat-card"><div class="stat-value">{esc(v)}</div>'
                     f'<div class="stat-label">{esc(k)}</div></div>' for k, v in _cards(stats))
     where = f'<div class="cache-backend">stored in {esc(info.backend)}</div>' if info.backend else ""
+    if info.judge:
+        where += f'<div class="cache-judge">{esc(info.judge)}</div>'
+
     alert = f'<div class="cache-warning" role="alert">\u26a0 {esc(stats.warning)}</div>' if stats.warning else ""
     return f'{alert}<div class="cache-summary stat-grid">{cells}</div>{where}'
 

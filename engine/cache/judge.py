@@ -46,6 +46,16 @@ YES_THRESHOLDS: dict[tuple[str, str], float] = {
 }
 
 
+# (model, precision) measured and found unable to judge: its P(Yes) does not separate the true paraphrases from
+# the near-misses of tests/data/paraphrases_calib_cpu.jsonl (bench.cache.calibrate; docs/cache.md).
+CANNOT_JUDGE: dict[tuple[str, str], str] = {
+    ("qwen2.5-coder-0.5b-instruct", "int8-weight"): "its P(Yes) does not separate paraphrases from near-misses "
+                                                    "(both 0.50-0.76, measured)",
+    ("qwen2.5-coder-0.5b-instruct", "int4"): "its P(Yes) does not separate paraphrases from near-misses "
+                                             "(both 0.47-0.76, measured)",
+}
+
+
 def _ask(a: str, b: str) -> str:
     return f"Request 1: {a}\nRequest 2: {b}\nWould one answer correctly serve both requests? Yes or No."
 
@@ -121,5 +131,20 @@ def uncalibrated_note(loaded: LoadedModel) -> str:
         return ""
     at = sorted(p for n, p in YES_THRESHOLDS if n == loaded.name)
     known = f" (calibrated at {', '.join(at)} only)" if at else ""
+    why = CANNOT_JUDGE.get((loaded.name, loaded.precision))
+    known += f": {why}" if why else ""
     return (f"no paraphrase-judge calibration for {loaded.name} at {loaded.precision}{known}: "
             "near-hits the guards stop are verified by the target instead")
+
+
+def judge_line(loaded: LoadedModel | None, enabled: bool = True) -> str:
+    """What the cache panel says about direct mode's judge for the loaded target, in words."""
+    if loaded is None:
+        return ""
+    if not enabled:
+        return "direct mode: the paraphrase judge is off; near-hits the guards stop are verified by the target"
+    threshold = calibrated_threshold(loaded.name, loaded.precision)
+    if threshold is None:
+        return "direct mode: " + uncalibrated_note(loaded)
+    return (f"direct mode: {loaded.name} at {loaded.precision} judges near-hits the guards stop "
+            f"(serves at P(Yes) ≥ {threshold:.2f}, calibrated at this precision)")

@@ -173,6 +173,9 @@ def test_models_list_the_loaded_pair():
     ({"model": "tgt", "messages": [{"role": "user", "content": "  "}]}, 400, None),  # the engine: empty prompt
     (ask(temperature=9), 400, "temperature"),
     (ask(temperature=2.5), 400, "temperature"),  # within the engine's range, outside OpenAI's [0, 2]
+    (ask(frequency_penalty=0.5), 400, "frequency_penalty"),  # each changes the answer: refused, not ignored
+    (ask(presence_penalty=-1), 400, "presence_penalty"),
+    (ask(logit_bias={"42": 100}), 400, "logit_bias"),
     (ask(temperature=-0.5), 400, "temperature"),
     (ask(top_p=0), 400, "top_p"),  # the engine's SamplingConfig refuses, the request's parameter is named
     (ask(seed=-1), 400, "seed"),
@@ -218,7 +221,8 @@ def test_a_limit_of_zero_tokens_is_refused_as_openai_does_not_taken_as_unset(fie
 
 
 @pytest.mark.parametrize("extra", [dict(tool_choice="none"), dict(tools=[], tool_choice="none"),
-                                   dict(response_format={"type": "text"}), dict(function_call="none")])
+                                   dict(response_format={"type": "text"}), dict(function_call="none"),
+                                   dict(frequency_penalty=0, presence_penalty=0.0, logit_bias={})])
 def test_what_changes_nothing_is_not_refused(extra):
     c, _ = client()
     assert c.post("/v1/chat/completions", json=ask(**extra)).status_code == 200

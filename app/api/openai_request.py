@@ -3,7 +3,8 @@ becomes.
 
 What the server cannot honour is refused with OpenAI's 400 and the parameter named, never silently ignored: tools
 and function calls, a ``response_format`` other than text, more than one choice, a temperature outside OpenAI's
-[0, 2]. An engine setting the engine refuses (engine/config.py) is a 400 that names the request's parameter too.
+[0, 2], non-zero penalties and a logit bias. An engine setting the engine refuses (engine/config.py) is a 400
+that names the request's parameter too.
 """
 from __future__ import annotations
 
@@ -53,6 +54,9 @@ class ChatCompletionRequest(BaseModel):
     tool_choice: str | dict | None = None
     function_call: str | dict | None = None
     response_format: dict | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    logit_bias: dict | None = None
 
 
 def refused(param: str, message: str, code: str = "unsupported_parameter") -> ApiError:
@@ -79,6 +83,10 @@ def check_request(req: ChatCompletionRequest) -> None:
         raise refused("top_logprobs", "top_logprobs needs logprobs: true", "invalid_value")
     if req.stream_options is not None and not req.stream:
         raise refused("stream_options", "stream_options is only allowed with stream: true", "invalid_value")
+    for param in ("frequency_penalty", "presence_penalty", "logit_bias"):  # each would change the answer
+        if getattr(req, param):
+            raise refused(param, f"{param} is not supported: the answer is the target's own distribution (the "
+                                 "identity speculation keeps); leave it out or send 0", "unsupported_value")
     if req.n not in (None, 1):
         raise refused("n", f"only n=1 is supported, got {req.n}", "unsupported_value")
 

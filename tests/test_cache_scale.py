@@ -31,3 +31,15 @@ def test_a_fill_resumes_where_it_stopped(redis8):
     assert fill(redis8.url, ns, SCOPE, n, workers=1, progress=False)[1] == 0  # all there: nothing written
     redis8.client().delete(f"{ns}:e:{entry_key(SCOPE, f'prompt {n - 1}')}")  # the last batch is incomplete
     assert fill(redis8.url, ns, SCOPE, n, workers=1, progress=False)[1] == BATCH
+
+
+def test_exactness_in_a_kept_namespace_uses_the_latency_fill_as_distractors(redis8):
+    """One million-entry fill serves both measurements: --exactness --namespace adds the pairs to it."""
+    ns, n = "exact-kept", BATCH
+    assert fill(redis8.url, ns, SCOPE, n, workers=1, progress=False)[1] == n
+    pairs = [{"a": f"question {i}", "b": f"please question {i}", "same": True} for i in range(6)]
+    report = measure_exactness(pairs, PrefixBlindEmbedder(), redis8.url, distractors=n, efs=[100],
+                               progress=False, namespace=ns)
+    assert report["distractor_kind"] == "synthetic (latency fill)" and report["by_ef"][100]["same"] == 6
+    assert report["exact_outcomes"]["miss"] == 0
+    assert redis8.client().zcard(f"{ns}:order") == n + 6  # kept: the fill's entries and the pairs

@@ -209,7 +209,7 @@ class ChatBytes:
     def __len__(self):
         return len(self.bytes)
 
-    def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
+    def __call__(self, text: str, add_special_tokens: bool = False, split_special_tokens: bool = False) -> dict:
         return self.bytes(text)
 
     def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True) -> str:

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from bench.cache import calibrate
+from engine.cache.guards import judge_decides
 from engine.cache.judge import CANNOT_JUDGE, YES_THRESHOLDS, judge_for, uncalibrated_note
 from engine.models.hardware import AUTO_PRECISION
 
@@ -46,11 +47,11 @@ def test_the_proposal_sits_just_above_every_near_miss():
 
 
 def test_only_pairs_the_guards_leave_to_the_judge_set_the_threshold():
-    assert calibrate.judged_in_the_app("How do I merge two dictionaries in Python?",
-                                       "What's the best way to combine two Python dicts?")
-    assert not calibrate.judged_in_the_app("How do I convert Celsius to Fahrenheit?",
-                                           "How do I convert Fahrenheit to Celsius?")  # order: never on a verdict
-    assert not calibrate.judged_in_the_app("What is the capital of Australia?", "Which city is Australia's capital?")
+    assert judge_decides("How do I merge two dictionaries in Python?",
+                         "What's the best way to combine two Python dicts?")
+    assert not judge_decides("How do I convert Celsius to Fahrenheit?",
+                             "How do I convert Fahrenheit to Celsius?")  # order: never on a verdict
+    assert not judge_decides("What is the capital of Australia?", "Which city is Australia's capital?")
 
 
 def test_a_bad_judge_name_exits_before_anything_loads(tmp_path, capsys):

@@ -3,7 +3,7 @@
     python -m bench.cache.calibrate --pairs FILE.jsonl[,FILE2] --judge MODEL [--judge-precision P] [--json OUT]
 
 Every pair is judged and its P(Yes) printed; the threshold is proposed from the pairs the app would ask the
-judge about (those that only the key-terms guard stops: engine/cache/guards.py ``judge_may_overrule``; a pair
+judge about (those that only the key-terms guard stops: engine/cache/guards.py ``judge_decides``; a pair
 that differs in numbers, negation or order is never served on a judge's word): the lowest one that no such
 near-miss reaches, with a margin (0.05). The threshold the app uses per (model, precision) lives in
 engine/cache/judge.py ``YES_THRESHOLDS``; measure it there with ``python -m bench.cache.evaluate --judge`` on
@@ -19,15 +19,11 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from bench.cache.evaluate import _check_judge, load_pairs
+from bench.cache.evaluate import check_judge, load_pairs
 from bench.cli import arguments_checked
+from engine.cache.guards import judge_decides
 
 MARGIN = 0.05  # above the highest judged near-miss: its P(Yes) is one draw from a spread
-
-
-def judged_in_the_app(a: str, b: str) -> bool:
-    from engine.cache.guards import failed_guards, judge_may_overrule
-    return bool(failed_guards(a, b)) and judge_may_overrule(a, b)
 
 
 def propose(scores: list[tuple[float, bool]]) -> dict:
@@ -57,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with arguments_checked(parser):
         pairs = [p for path in args.pairs.split(",") for p in load_pairs(path)]
-        _check_judge(args)
+        check_judge(args)
     from engine.cache.judge import LLMJudge, calibrated_threshold
     from engine.models.loading import load_model, quiet_library_logs
 
@@ -66,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     judge, t0 = LLMJudge(loaded, 0.5), time.perf_counter()
     scored = [(judge.probability(p["a"], p["b"]), bool(p["same"])) for p in tqdm(pairs, desc="judge", unit="pair")]
     seconds = time.perf_counter() - t0
-    asked = [judged_in_the_app(p["a"], p["b"]) for p in pairs]
+    asked = [judge_decides(p["a"], p["b"]) for p in pairs]
     proposal = propose([s for s, judged in zip(scored, asked) if judged])
     print(f"{loaded.name} at {loaded.precision}: {len(pairs)} pairs in {seconds:.0f} s "
           f"({seconds / len(pairs) * 1e3:.0f} ms a pair); now in use: {calibrated_threshold(loaded.name, loaded.precision)}")

@@ -210,7 +210,7 @@ def checked_pairs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         CacheConfig(mode="direct", threshold=args.threshold)
         pairs = [p for path in args.pairs.split(",") for p in load_pairs(path)] if args.pairs else None
         if args.judge:
-            _check_judge(args)
+            check_judge(args)
         if args.exactness and not (args.pairs and args.cache_url):
             raise ValueError("--exactness needs --pairs and --cache-url")
         if args.cache_url:
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _check_judge(args) -> None:
+def check_judge(args) -> None:
     """The judge model's name and precision, checked before anything loads (its threshold: at load)."""
     from engine.config import check_precision
     from engine.models.loading import check_source

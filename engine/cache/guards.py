@@ -93,3 +93,10 @@ HARD_GUARDS = ("numbers", "negation", "order")  # differences a paraphrase judge
 def judge_may_overrule(a: str, b: str) -> bool:
     """True when only the key-terms guard fails (synonyms, rewording): a paraphrase judge may then serve it."""
     return all(GUARDS[name](a, b) is None for name in HARD_GUARDS)
+
+
+def judge_decides(a: str, b: str, reasons: list[str] | None = None) -> bool:
+    """Whether direct mode asks the paraphrase judge about this hit: a guard fails (``reasons``, failed_guards'
+    when given) and it is one the judge may overrule. What the cache does, and what calibration scores."""
+    reasons = failed_guards(a, b) if reasons is None else reasons
+    return bool(reasons) and judge_may_overrule(a, b)

@@ -35,7 +35,7 @@ from engine.errors import InvalidSettingError
 from engine.events import CacheEvent
 from engine.cache.backends import open_store
 from engine.cache.disk_store import DEFAULT_SIZE_LIMIT
-from engine.cache.guards import failed_guards, judge_may_overrule
+from engine.cache.guards import failed_guards, judge_decides
 from engine.cache.records import BadRecord, CacheRecord
 from engine.cache.search import SERVER_EF, Index, check_search, fits, index_for
 from engine.cache.stats import CacheEntry, CacheStats
@@ -200,7 +200,7 @@ class SemanticCache:
             if mode == "verify" or untrusted:
                 return _hit("verified", cand, rec, sim, untrusted)
             reasons = failed_guards(rec.prompt, prompt)
-            if reasons and judge is not None and judge_may_overrule(rec.prompt, prompt) and judge(rec.prompt, prompt):
+            if judge is not None and judge_decides(rec.prompt, prompt, reasons) and judge(rec.prompt, prompt):
                 return _hit("cached", cand, rec, sim, "the paraphrase judge overruled: " + "; ".join(reasons))
             return _hit("verified" if reasons else "cached", cand, rec, sim, "; ".join(reasons))
         return CacheHit("miss")

@@ -73,6 +73,8 @@ class StatsEvent:
     verify_s: float = 0.0  # time spent in target forwards
     accepted_by_pos: tuple[int, ...] = ()  # accepted[i]: drafts whose token i was accepted
     proposed_by_pos: tuple[int, ...] = ()  # proposed[i]: drafts that had a token at position i
+    cut_steps: int = 0  # steps whose free (lookup) draft the k policy cut or skipped: it would not have paid
+    cut_note: str = ""  # the latest such cut, in words ("lookup span cut 9 → 2: verify costs 46 ms per token here")
     # the cost model fitted so far (engine.speed.costmodel.StepCosts): a target forward over n tokens takes
     # verify_fixed_s + verify_per_token_s * n seconds, a drafted token draft_per_token_s; None before a fit.
     # verify_table: the measured curve t(n) as (n, seconds) pairs, which prices a step where it is known

@@ -175,14 +175,39 @@ def test_free_drafts_are_capped_where_each_verified_token_costs_and_long_where_v
     compute_bound, flat = _policy_with_costs(0.35, 0.08), _policy_with_costs(0.35, 0.001)
     assert 1 <= compute_bound.free_limit() <= 6  # a = 0.35 s, b = 0.08 s, acceptance prior 0.8: 4
     assert flat.free_limit() >= 3 * compute_bound.free_limit()
-    for _ in range(10):  # lookups that keep failing at once: shorter still, but never 0 (acceptance stays measured)
+    for _ in range(10):  # lookups that keep failing at once: none pays, so the steps are target-only
         compute_bound.update(StepRecord(n_drafted=8, n_accepted=0, n_fed=9, draft_s=0.0, verify_s=0.35 + 0.08 * 9,
                                         free=True))
-    assert compute_bound.free_limit() == 1
+    limits = [compute_bound.free_limit() for _ in range(8 + 16 + 32)]
+    assert limits.count(1) == 3 and set(limits) == {0, 1}  # one-token probes after 8, then 16, then 32 losing steps
+    assert [i for i, n in enumerate(limits) if n] == [7, 23, 55]
 
 
-def test_fixed_k_leaves_free_drafts_alone():
-    assert FixedK(4, prior=StepCosts(0.35, 0.08, 0.02)).free_limit() is None
+def test_a_probe_that_pays_brings_the_free_drafts_back():
+    policy = _policy_with_costs(0.35, 0.08)
+    for _ in range(10):
+        policy.update(StepRecord(n_drafted=8, n_accepted=0, n_fed=9, draft_s=0.0, verify_s=1.07, free=True))
+    assert policy.free_limit() == 0
+    for _ in range(6):  # lookups that were right after all
+        policy.update(StepRecord(n_drafted=4, n_accepted=4, n_fed=5, draft_s=0.0, verify_s=0.75, free=True))
+    assert policy.free_limit() >= 2
+
+
+def test_fixed_k_prices_free_drafts_too():
+    """A fixed k (the bench's lookup mode, a user's k) bounds a lookup; the cost model still cuts what does not pay."""
+    fixed = FixedK(16, prior=StepCosts(0.35, 0.08, 0.02))
+    assert 1 <= fixed.free_limit() <= 6
+    for _ in range(10):
+        fixed.update(StepRecord(n_drafted=8, n_accepted=0, n_fed=9, draft_s=0.0, verify_s=1.07, free=True))
+    assert fixed.free_limit() == 0
+
+
+def test_a_losing_draft_model_is_probed_less_and_less_often():
+    losing = AdaptiveK(k_init=4, probe_every=4, prior=StepCosts(0.1, 0.1, 0.2))
+    for _ in range(10):
+        losing.update(model_step(0, 4, draft_s=0.8, verify_s=0.6, n_fed=5))
+    ks = [losing.choose().k for _ in range(4 + 8 + 16)]
+    assert [i for i, k in enumerate(ks) if k] == [3, 11, 27]
 
 
 INT4_CURVE = ((1, 0.034), (2, 0.043), (4, 0.050), (8, 0.096), (16, 0.182))  # a 4-bit 1.5B target, measured

@@ -59,3 +59,13 @@ def test_meter_says_served_from_cache_instead_of_a_speed_ratio():
     stats = StatsEvent(0, 40, 0, 0, 0.001, 0)
     html = render_stats(stats, CacheEvent("exact", "q", 1.0), {"tokens_per_s": 7.0, "how": "x"})
     assert "served from the cache" in html and "target-only</span>" not in html
+
+
+def test_the_stats_panel_says_when_and_why_a_proposer_was_held_back():
+    from dataclasses import replace
+    held = replace(stats(), steps=40, cut_steps=12, cut_note="lookup span cut 9 → 2: verify costs 46 ms per token here",
+                   fallback=True)
+    html = render_stats(held, None, None)
+    assert "12 of 40 steps cut their free draft; latest: lookup span cut 9 → 2: verify costs 46 ms per token here" in html
+    assert "draft model is paused" in html
+    assert 'data-stat="policy"' not in render_stats(stats(), None, None)  # nothing held back: nothing said

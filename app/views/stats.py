@@ -85,9 +85,22 @@ def render_stats(stats: StatsEvent | None, cache: CacheEvent | None, baseline: d
     cards = "".join(_card(label, value) for label, value in values.items())
     status_html = f'<div class="run-status">{esc(status)}</div>' if status else ""
     return (f'<div class="stats-panel" id="stats-panel">{status_html}<div class="stat-grid">{cards}'
-            f"{_cache_card(cache)}</div>"
+            f"{_cache_card(cache)}</div>{policy_html(stats)}"
             f"{meter_html(speedup(stats, baseline), baseline, cache is not None and cache.outcome in SERVED, predicted)}"
             "</div>")
+
+
+def policy_html(stats: StatsEvent | None) -> str:
+    """Where the k policy held speculation back, and why: free drafts it cut, steps it ran target-only."""
+    if stats is None or not (stats.cut_steps or stats.fallback):
+        return ""
+    said = []
+    if stats.cut_steps:
+        said.append(f"{stats.cut_steps} of {stats.steps} steps cut their free draft; latest: {stats.cut_note}")
+    if stats.fallback:
+        said.append("the draft model is paused: at this acceptance its tokens cost more than they save here "
+                    "(target-only steps, with a probe now and then)")
+    return f'<div class="policy-note" data-stat="policy">{esc(" · ".join(said))}</div>'
 
 
 def _frame(rows: list[dict], dtypes: dict[str, str]) -> pd.DataFrame:

@@ -35,14 +35,14 @@ def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: li
         clock = StepClock(target.device)
         # 1. propose (k = 0 asks only for free drafts, e.g. a prompt lookup; a model proposer returns none)
         choice = k_policy.choose()
-        draft = _propose(proposer, k_policy, context, choice.k, room=stream.remaining - 1)
+        draft, cut = _propose(proposer, k_policy, context, choice.k, room=stream.remaining - 1)
         clock.lap()
         # 2. verify: one target forward over [tokens the target has not seen, *draft]
         fed = context[pos:] + draft.tokens
         p_target = logits_to_probs(target.forward(fed, n_logits=len(draft) + 1), sampling)  # (k+1, vocab)
         # 3. accept
         verdict = _verify(p_target, draft, sampling, generator)
-        _record(clock.step(draft, verdict.n_accepted, len(fed)), choice, k_policy, stats)
+        _record(clock.step(draft, verdict.n_accepted, len(fed)), choice, k_policy, stats, cut)
         # 4. roll back the target to the accepted prefix (the new token is fed next step)
         pos = len(context) + verdict.n_accepted
         target.rollback(pos)
@@ -54,19 +54,26 @@ def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: li
     yield stream.done(stats.snapshot(len(stream.token_ids)))
 
 
-def _propose(proposer: Proposer, k_policy: KPolicy, context: list[int], k: int, room: int) -> Draft:
+def _propose(proposer: Proposer, k_policy: KPolicy, context: list[int], k: int, room: int) -> tuple[Draft, str]:
     """A draft of up to ``k`` model tokens, never more than ``room`` (tokens beyond it could never be emitted).
     A free (one-hot) draft may be longer than ``k``: it costs nothing to make, but each token widens the verify
-    forward, so the k policy may cap it."""
+    forward, so the k policy prices it and may cut it (to 0: a target-only step). Also says why it cut one."""
     draft = proposer.propose(context, min(k, room))
-    limit = k_policy.free_limit() if draft.q_probs is None else None
-    return draft.truncate(room if limit is None else min(room, limit))
+    limit = k_policy.free_limit() if draft.q_probs is None and len(draft) else None
+    kept = draft.truncate(room if limit is None else min(room, limit))
+    if limit is None or len(kept) >= min(len(draft), room):
+        return kept, ""
+    costs = k_policy.costs
+    per_token = f": verify costs {costs.verify_per_token_s * 1e3:.0f} ms per token here" if costs else ""
+    what = f"cut {len(draft)} → {len(kept)}" if len(kept) else f"of {len(draft)} skipped"
+    return kept, f"{proposer.name} span {what}{per_token}"
 
 
-def _record(step: StepRecord, choice: KChoice, k_policy: KPolicy, stats: StatsTracker) -> None:
-    """The step's bookkeeping, in one place: the k policy learns from it, the stats count it."""
+def _record(step: StepRecord, choice: KChoice, k_policy: KPolicy, stats: StatsTracker, cut: str = "") -> None:
+    """The step's bookkeeping, in one place: the k policy learns from it, the stats count it (and why a free
+    draft was cut, ``cut``)."""
     k_policy.update(step)
-    stats.record_step(step, fallback=choice.fallback, costs=k_policy.costs)
+    stats.record_step(step, fallback=choice.fallback, costs=k_policy.costs, cut=cut)
 
 
 def _verify(p_target: torch.Tensor, draft: Draft, sampling: SamplingConfig, generator: torch.Generator) -> Verdict:

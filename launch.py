@@ -176,7 +176,8 @@ def load_engine(args: argparse.Namespace, cache_dir: Path):
         sys.exit(f"[speclens] could not load the pair: {type(err).__name__}: {err}")
     print(f"[speclens] loaded {info.target} ({info.target_precision}) + {info.draft} ({info.draft_precision}) "
           f"on {info.device} in {time.perf_counter() - start:.1f} s", flush=True)
-    print(f"[speclens] precision: {info.precision_note}", flush=True)
+    print(f"[speclens] precision: {info.precision_note}; {info.runner}", flush=True)
+    print(f"[speclens] identity: {info.identity}", flush=True)
     return engine
 
 

@@ -64,7 +64,8 @@ class AppContext:
             return None
         return {"target": info.target, "draft": info.draft, "target_precision": info.target_precision,
                 "draft_precision": info.draft_precision, "device": info.device,
-                "precision_note": info.precision_note, "bit_identical": info.bit_identical}
+                "precision_note": info.precision_note, "bit_identical": info.bit_identical,
+                "identity": info.identity, "runner": info.runner}
 
     def baseline(self) -> dict | None:
         """The cached target-only measurement for the loaded pair, or None (never measures)."""

@@ -12,16 +12,15 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from engine.models.loading import LoadedModel
+from engine.config import MANTISSA_BITS
+from engine.models.loading import LoadedModel, runner_for
 from engine.decode.runner import common_prefix
 
-# Explicit mantissa bits of the numbers the logits are computed in, per precision. bnb int8/nf4 compute in bf16;
-# int8-dynamic quantises the activations to 8 bits, at least as coarse as bf16; int8-weight computes in bf16.
-MANTISSA_BITS = {"bf16": 7, "fp16": 10, "nf4": 7, "int8": 7, "int8-dynamic": 7, "int8-weight": 7, "int4": 7, "fp32": 23}
-# The precisions whose CPU kernels give each row of a verify forward exactly as that token fed alone (with eager
-# attention): there a greedy divergence cannot be a tie, the output is bit-for-bit the target's
-# (tests/test_invariance.py). The others differ between the two shapes, so an argmax can flip where the top two
-# logits are that close: a rounding tie (``tie_margin``).
+# A hint, never a promise: the precisions whose CPU kernels compute each output row from its own input row, so that
+# with row-exact attention (engine/models/attention.py) a verify row can equal the same token fed alone. Whether it
+# does on this machine is measured when a pair loads (engine/decode/identity.py, PairInfo.bit_identical); the tests
+# check it at the shipped models' sizes (tests/test_invariance.py). The others round differently between the two
+# shapes, so an argmax can flip where the top two logits are that close: a rounding tie (``tie_margin``).
 BATCH_INVARIANT = frozenset({"int8-weight", "int4"})
 # The one tie rule, for every precision and both uses (a divergence's explanation, the exact-hit check): a gap of
 # up to ``tie_steps(precision)`` rounding steps of the top logit is a tie. That is about twice the drift measured
@@ -30,13 +29,6 @@ BATCH_INVARIANT = frozenset({"int8-weight", "int4"})
 # fp32 gets more steps: its logits are spaced 2^16 times finer than bf16's, the accumulated GEMM error is not.
 TIE_STEPS = {"fp32": 64}
 DEFAULT_TIE_STEPS = 8
-
-
-def batch_invariant(target: LoadedModel) -> bool:
-    """Whether greedy speculation with this target is bit-for-bit its target-only decoding: an invariant
-    precision on the CPU with eager attention (engine.models.loading.attention_for)."""
-    return (target.precision in BATCH_INVARIANT and target.device.type == "cpu"
-            and getattr(target.model.config, "_attn_implementation", None) == "eager")
 
 
 def tie_steps(precision: str) -> int:
@@ -96,8 +88,15 @@ class Fp32Proof:
 @torch.inference_mode()
 def top_logits(target: LoadedModel, ids: list[int]) -> torch.Tensor:
     """The target's logits for the token after ``ids``, one prefill forward: (vocab,)."""
-    x = torch.tensor([ids], device=target.device)
-    return target.model(x, logits_to_keep=1).logits[0, -1, : target.vocab_size].float().cpu()
+    return _forward(target, list(ids), 1)[-1]
+
+
+def _forward(target: LoadedModel, ids: list[int], n_logits: int) -> torch.Tensor:
+    """One forward of ``ids`` on a fresh runner of ``target`` (torch or llama.cpp alike): the last ``n_logits``
+    rows of logits, on the CPU."""
+    runner = runner_for(target)
+    runner.reset()  # a pooled llama.cpp context may hold an earlier conversation
+    return runner.forward(ids, n_logits=n_logits).float().cpu()
 
 
 @torch.inference_mode()
@@ -111,8 +110,7 @@ def first_disagreement(target: LoadedModel, prompt_ids: list[int], answer_ids: l
     n = len(answer_ids)
     if len(prompt_ids) + n >= target.context_window:
         return 0
-    x = torch.tensor([list(prompt_ids) + list(answer_ids)], device=target.device)
-    logits = target.model(x, logits_to_keep=n + 1).logits[0, :, : target.vocab_size].float().cpu()  # (n+1, vocab)
+    logits = _forward(target, list(prompt_ids) + list(answer_ids), n + 1)  # (n+1, vocab)
     eos = sorted(target.eos_ids)
     for i, row in enumerate(logits):
         if i == n and not (ends and target.eos_ids):

@@ -36,9 +36,13 @@ class PairInfo:
     device: str
     precision_note: str = ""  # why these precisions, e.g. "AVX2 CPU (...) -> target int8-dynamic (auto), ..."
     costs: StepCosts | None = None  # the step costs measured at load
-    # greedy speculative output is bit-for-bit the target's: its kernels compute each token alike in any verify
-    # shape (engine.divergence.BATCH_INVARIANT); False: identical up to rounding ties
+    # greedy speculative output is bit-for-bit the target's: measured when the pair loaded, every row of the
+    # loop's verify widths equal to the same token fed alone (engine/decode/identity.py); False: identical up to
+    # rounding ties, or not measured
     bit_identical: bool = False
+    identity: str = ""  # that measurement in words: "verified bit-identical on this machine: 106/106 rows (...)"
+    identity_drift_steps: float = 0.0  # the largest drift it found, in rounding steps of the top logit
+    runner: str = ""  # what runs the models: "torch, speclens-row-exact attention" or "llama.cpp 2 threads, ..."
 
 
 @dataclass(frozen=True)

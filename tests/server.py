@@ -23,12 +23,13 @@ def free_port() -> int:
 
 
 def link_models(cache_dir: Path) -> None:
-    """Reuse converted weights: <cache-dir>/models -> the normal cache root's models folder."""
+    """Reuse converted weights and GGUF files: <cache-dir>/models and /gguf -> the normal cache root's."""
     from engine.models.catalog import cache_root
 
-    shared = cache_root() / "models"
-    shared.mkdir(parents=True, exist_ok=True)
-    (cache_dir / "models").symlink_to(shared, target_is_directory=True)
+    for folder in ("models", "gguf"):  # converted weights, and assembled GGUF files (precision gguf runs them)
+        shared = cache_root() / folder
+        shared.mkdir(parents=True, exist_ok=True)
+        (cache_dir / folder).symlink_to(shared, target_is_directory=True)
 
 
 def wait_for_server(url: str, proc: subprocess.Popen, log: Path) -> None:

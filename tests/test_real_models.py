@@ -219,11 +219,14 @@ def test_smollm2_int8_weight_target_greedy_speculative_equals_reference(smol_int
 def test_auto_precision_is_the_machine_choice_and_said_so(smol_int8_target):
     from engine.models.catalog import model_gguf
     from engine.models.hardware import auto_precision, detect_machine
+    from engine.models.loading import gguf_runnable
     engine = ChatEngine()
     info = engine.load_pair(SMOL, SMOL)  # auto for both
     plan = plan_precisions({"target": (SMOL, None), "draft": (SMOL, None)})
     assert (info.target_precision, info.draft_precision) == (plan.precisions["target"], plan.precisions["draft"])
-    if DEVICE == "cpu":  # the measured table of this CPU kind
+    if DEVICE == "cpu" and gguf_runnable(SMOL):  # llama-cpp-python installed: llama.cpp runs the GGUF models
+        assert (info.target_precision, info.draft_precision) == ("gguf", "gguf") and "llama.cpp" in info.runner
+    elif DEVICE == "cpu":  # the measured table of this CPU kind
         machine = detect_machine("cpu")
         assert info.target_precision == auto_precision(machine, "target")
         assert info.draft_precision in (auto_precision(machine, "draft"), "bf16")  # bf16: no quantized engine

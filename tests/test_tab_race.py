@@ -59,13 +59,26 @@ def test_race_explains_the_divergence_and_proves_it(tmp_path):
     assert proved["trace"]["fp32_proof"] == {"identical": True}
 
 
-def test_prove_it_is_not_offered_where_the_precision_has_no_ties(tmp_path):
-    """An int4 target on the CPU is batch-invariant: a divergence there cannot be a tie, fp32 cannot settle it."""
+def test_a_divergence_where_the_load_check_claimed_identity_is_flagged_and_can_be_proved(tmp_path):
+    """Where the load-time check found every verify row equal, a divergence contradicts it: the race says so in
+    words, and "Prove it" is offered as for any divergence (it used to hide there)."""
     class InvariantRaceEngine(RaceEngine):
         def info(self):
-            return replace(super().info(), target_precision="int4", bit_identical=True)
+            return replace(super().info(), target_precision="int8-weight", bit_identical=True,
+                           identity="verified bit-identical on this machine: 106/106 rows")
 
     engine = InvariantRaceEngine([CacheEvent("off"), tok("a"), tok("c", "corrected"), stats(), done((1, 3))])
     last = list(run_race(AppContext(engine, BaselineStore(tmp_path / "b.json")), named(RaceTab), "q", UISettings(k=3),
                          "s1"))[-1]
-    assert last["prove"]["visible"] is False
+    assert last["prove"]["visible"] is True
+    assert "although the load-time check found every verify row equal" in last["summary"]
+
+
+def test_the_race_names_the_measured_identity():
+    ref, spec = Turn(), Turn()
+    ref.add(done((1, 2, 3), stats(elapsed_s=3.0)))
+    spec.add(done((1, 2, 3), stats(elapsed_s=1.0)))
+    claim = race_summary(ref, spec, greedy=True, bit_identical=True, identity="verified <b>bit-identical</b>: 9/9 rows")
+    assert "verified &lt;b&gt;bit-identical&lt;/b&gt;: 9/9 rows" in claim
+    ties = race_summary(ref, spec, greedy=True, identity="identical up to rounding ties (max drift 2.0 steps)")
+    assert "max drift 2.0 steps" in ties and "bit-identical" not in ties

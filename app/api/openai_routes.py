@@ -52,6 +52,13 @@ def _model(ctx: AppContext) -> str:
     return pair["target"] if pair else "speclens"
 
 
+def identity(ctx: AppContext) -> dict | None:
+    """The pair's identity check, measured at load (``x_identity``): is greedy speculation bit-for-bit the
+    target's output on this machine, and what the check found."""
+    pair = ctx.pair()
+    return None if pair is None else {"bit_identical": pair["bit_identical"], "check": pair["identity"]}
+
+
 def released(answer: Answer, events: Iterator, cancel: threading.Event) -> Iterator[Piece]:
     """The one path from events to the response: what each event releases to the client (text, speculation and
     logprobs entries), when it releases anything. A stop string sets ``cancel``: the engine stops at its next
@@ -72,7 +79,7 @@ def run_completion(ctx: AppContext, req: ChatCompletionRequest, cancel: threadin
         log.warning("the client left before its answer was complete: stopped after %d tokens",
                     len(answer.done.token_ids))
     return completion_body(new_id(), _model(ctx), answer.text, answer.finish_reason(), whole, answer.usage(),
-                           answer.cache)
+                           answer.cache, identity(ctx))
 
 
 async def while_connected(request: Request, cancel: threading.Event, work, *args):
@@ -95,14 +102,15 @@ def _sse(body: dict) -> str:
 
 
 def sse_chunks(answer: Answer, first, events: Iterator, cancel: threading.Event, cid: str, model: str,
-               include_usage: bool = False) -> Iterator[str]:
+               include_usage: bool = False, checked: dict | None = None) -> Iterator[str]:
     """The streamed response, one server-sent event at a time: the role (with the cache outcome, the ``first``
-    event), a chunk per release, the last chunk with the finish reason, with ``include_usage`` a chunk with no
+    event, and ``checked``: the pair's identity check), a chunk per release, the last chunk with the finish reason, with ``include_usage`` a chunk with no
     choices and the usage, then ``data: [DONE]``."""
     def chunk(delta: dict, piece: Piece | None = None, **kw) -> str:
         return _sse(chunk_body(cid, model, delta, piece, null_usage=include_usage, **kw))
 
-    yield chunk({"role": "assistant", "content": ""}, cache=first.to_dict() if first.type == "cache" else None)
+    yield chunk({"role": "assistant", "content": ""}, cache=first.to_dict() if first.type == "cache" else None,
+                identity=checked)
     try:
         for piece in released(answer, chain([first], events), cancel):
             yield chunk({"content": piece.text}, piece)
@@ -132,7 +140,7 @@ async def stream_completion(ctx: AppContext, req: ChatCompletionRequest):
     cancel = threading.Event()
     answer, first, events = await run_in_threadpool(_start, ctx, req, cancel)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    chunks = sse_chunks(answer, first, events, cancel, new_id(), _model(ctx), include_usage)
+    chunks = sse_chunks(answer, first, events, cancel, new_id(), _model(ctx), include_usage, identity(ctx))
 
     async def body():
         try:
@@ -156,7 +164,9 @@ def add_openai_routes(app: FastAPI, ctx: AppContext, api_key: str | None = None)
         roles = [] if pair is None else [("target", pair["target"], pair["target_precision"]),
                                          ("draft", pair["draft"], pair["draft_precision"])]
         return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "speclens",
-                                            "x_role": role, "x_precision": prec} for role, name, prec in roles]}
+                                            "x_role": role, "x_precision": prec, "x_runner": pair["runner"],
+                                            **({"x_identity": identity(ctx)} if role == "target" else {})}
+                                           for role, name, prec in roles]}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request):

@@ -54,11 +54,13 @@ def pair_status_html(pair: dict | None, baseline: dict | None = None, note: str 
     else:
         body = (f'<b>target</b> {esc(pair["target"])} <span class="prec">{esc(pair["target_precision"])}</span>'
                 f' · <b>draft</b> {esc(pair["draft"])} <span class="prec">{esc(pair["draft_precision"])}</span>'
-                f' · {esc(pair["device"])}')
+                f' · {esc(pair["device"])}' + (f' · {esc(pair["runner"])}' if pair.get("runner") else ""))
         if baseline:
             body += f' · target-only {baseline["tokens_per_s"]:.1f} tok/s'
         if pair.get("precision_note"):
             body += f'<div class="precision-note">{esc(pair["precision_note"])}</div>'
+        if pair.get("identity"):
+            body += f'<div class="identity-note">{esc(pair["identity"])}</div>'
     extra = f'<div class="pair-note">{esc(note)}</div>' if note else ""
     return f'<div class="pair-status">{body}{extra}</div>'
 

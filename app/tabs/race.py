@@ -12,7 +12,7 @@ from app.tabs.chat import export_trace_file
 from app.tabs.controls import Controls
 from app.tabs.engine_queue import ENGINE
 from app.views.divergence import divergence_html, proof_html
-from app.views.render import error_html, error_message
+from app.views.render import error_html, error_message, esc
 from app.settings import UISettings, sampling_config, spec_config
 from app.turn import Turn, trace_document
 from engine.config import CACHE_OFF
@@ -87,10 +87,11 @@ def _pump(events, turn: Turn, out):
                 yield {out: _side(turn, streaming=event.type != "done")}
 
 
-def race_summary(ref: Turn, spec: Turn, greedy: bool, divergence=None, bit_identical: bool = False) -> str:
+def race_summary(ref: Turn, spec: Turn, greedy: bool, divergence=None, bit_identical: bool = False,
+                 identity: str = "") -> str:
     """Speeds, speedup and the identity check; a divergence (engine.divergence.Divergence) is explained.
-    ``bit_identical``: the target's precision computes each token alike in any verify shape, so greedy identity
-    is a plain fact, not a matter of ties."""
+    ``bit_identical``: the load-time check found every verify row equal to the token fed alone on this machine
+    (``identity`` says so in words), so greedy identity is a measured fact, not a matter of ties."""
     if ref.done is None or spec.done is None or "cancelled" in (ref.finish_reason, spec.finish_reason):
         return '<div class="race-summary">Race stopped before both runs finished.</div>'
     r, p = ref.done.stats, spec.done.stats
@@ -100,14 +101,15 @@ def race_summary(ref: Turn, spec: Turn, greedy: bool, divergence=None, bit_ident
                  "distribution, not expected to be identical</span>")
     elif ref.done.token_ids == spec.done.token_ids and bit_identical:
         check = (f'<span class="race-ok">✓ bit-identical ({len(ref.done.token_ids)} tokens): the target computes '
-                 "each token the same alone or inside a verify</span>")
+                 f"each token the same alone or inside a verify ({esc(identity or 'measured at load')})</span>")
     elif ref.done.token_ids == spec.done.token_ids:
-        check = (f'<span class="race-ok">✓ identical token ids ({len(ref.done.token_ids)} tokens; this precision is '
-                 "identical up to rounding ties)</span>")
+        check = (f'<span class="race-ok">✓ identical token ids ({len(ref.done.token_ids)} tokens; this pair is '
+                 f"{esc(identity or 'identical up to rounding ties')})</span>")
     else:
         first = next((i for i, (a, b) in enumerate(zip(ref.done.token_ids, spec.done.token_ids)) if a != b),
                      min(len(ref.done.token_ids), len(spec.done.token_ids)))
-        check = f'<span class="race-bad">✗ token ids differ from position {first}</span>'
+        claim = " although the load-time check found every verify row equal" if bit_identical else ""
+        check = f'<span class="race-bad">✗ token ids differ from position {first}{esc(claim)}</span>'
     verdict = "faster" if factor >= 1 else "slower"
     return (f'<div class="race-summary"><b>Speculative is {factor:.2f}× the target-only speed ({verdict})</b> · '
             f"target only {r.elapsed_s:.2f} s ({r.tokens_per_s:.1f} tok/s) · speculative {p.elapsed_s:.2f} s "
@@ -162,10 +164,11 @@ def _race(ctx: AppContext, tab: RaceTab, prompt: str, s: UISettings, flag):
         spec_events = ctx.engine.generate(messages, sampling, spec_cfg, cache=CACHE_OFF, cancel=flag)
         yield from _pump(spec_events, spec, tab.spec)
     divergence = _explain(ctx, messages, sampling, ref, spec)
-    bit_identical = bool((ctx.pair() or {}).get("bit_identical"))
-    yield {tab.summary: race_summary(ref, spec, sampling.greedy, divergence, bit_identical),
-           # fp32 can only settle a rounding tie: where the precision has none, there is nothing to prove
-           tab.prove: gr.update(visible=divergence is not None and not bit_identical),
+    pair = ctx.pair() or {}
+    yield {tab.summary: race_summary(ref, spec, sampling.greedy, divergence, bool(pair.get("bit_identical")),
+                                     pair.get("identity", "")),
+           # any divergence can be re-run in fp32: a tie settles there; one where the check found no ties is a bug
+           tab.prove: gr.update(visible=divergence is not None),
            tab.trace: race_trace(ref, spec, messages, ctx.pair(), s, divergence)}
 
 

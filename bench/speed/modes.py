@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import replace
@@ -37,6 +35,7 @@ from engine.cache.cached_chat import chat_scope
 from engine.cache.embedder import load_default_embedder
 from engine.cache.semantic_cache import SemanticCache
 from engine.events import final_done
+from bench.speed.summary import format_table, summarize  # noqa: F401 (the bench's table)
 from bench.cli import arguments_checked, read_jsonl
 from bench.peer.modes import PEER_MODES, start_peers
 from engine.chat_engine import ChatEngine
@@ -166,52 +165,6 @@ def _timed_run(engine, runner, mode, *, item, messages, sampling, spec, referenc
     return run
 
 
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
-
-
-def summarize(runs: list[dict], modes: list[str]) -> dict:
-    """Per mode: speedup over ``target`` on the same prompt (tokens/s ratio), overall and per kind.
-
-    A mode with its own ``baseline_tokens_per_s`` (cache-verify: target-only on the paraphrase) uses that."""
-    target_tps = {r["id"]: r["tokens_per_s"] for r in runs if r["mode"] == "target"}
-    summary = {}
-    for mode in modes:
-        mine = [r for r in runs if r["mode"] == mode and r["id"] in target_tps]
-        speedups = [r["tokens_per_s"] / (r.get("baseline_tokens_per_s") or target_tps[r["id"]]) for r in mine]
-        by_kind = defaultdict(list)
-        for r, s in zip(mine, speedups):
-            by_kind[r["kind"]].append(s)
-        identical = [r["identical_to_target"] for r in mine if r["identical_to_target"] is not None]
-        seconds = sum(r["seconds"] for r in mine)
-        summary[mode] = {"speedup_geomean": _geomean(speedups), "speedup_min": min(speedups, default=float("nan")),
-                         "tokens_per_s": sum(r["new_tokens"] for r in mine) / seconds if seconds else float("nan"),
-                         "identical_fraction": sum(identical) / len(identical) if identical else None,
-                         "by_kind": {k: _geomean(v) for k, v in sorted(by_kind.items())},
-                         "divergences": {r["id"]: r["first_divergence"] for r in mine if r.get("first_divergence")}}
-    return summary
-
-
-def format_table(result: dict) -> str:
-    lines = [f"{'id':<24} {'mode':<14} {'tokens':>6} {'s':>7} {'tok/s':>7} {'accept':>7} {'same':>5}"]
-    for r in result["runs"]:
-        acc = "" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.2f}"
-        same = "" if r["identical_to_target"] is None else ("yes" if r["identical_to_target"] else "NO")
-        lines.append(f"{r['id']:<24} {r['mode']:<14} {r['new_tokens']:>6} {r['seconds']:>7.2f} "
-                     f"{r['tokens_per_s']:>7.2f} {acc:>7} {same:>5}")
-    lines.append("")
-    for mode, s in result["summary"].items():
-        kinds = "  ".join(f"{k}={v:.2f}x" for k, v in s["by_kind"].items())
-        ident = "" if s["identical_fraction"] is None else f" identical={s['identical_fraction']:.2f}"
-        lines.append(f"{mode:<14} {s['tokens_per_s']:6.2f} tok/s  speedup geomean={s['speedup_geomean']:.2f}x "
-                     f"min={s['speedup_min']:.2f}x{ident}  by kind: {kinds}")
-        for pid, div in s["divergences"].items():
-            tie = "a tie within rounding" if div["within_rounding"] else "NOT within rounding: a bug"
-            lines.append(f"{'':<14}   {pid}: first divergence at token {div['position']}, top-2 margin "
-                         f"{div['top2_margin']:.3f} (rounding step {div['rounding_step']:.3f}: {tie})")
-    return "\n".join(lines)
-
-
 def bench_modes(text: str) -> list[str]:
     """``--modes``: the names, ``target`` first (the reference every speedup is measured against)."""
     modes = [m.strip() for m in text.split(",") if m.strip()]
@@ -240,6 +193,17 @@ def read_prompts(path: str, prompt_set: str | None) -> list[dict]:
     if prompt_set not in saved:
         raise ValueError(f"--prompt-set must name one of the experiment's prompt sets: {', '.join(saved)}")
     return [{"id": f"{prompt_set}-{i}", "kind": prompt_set, "prompt": p} for i, p in enumerate(saved[prompt_set])]
+
+
+def print_pair(info) -> None:
+    """The bench header: the pair, why these precisions, the identity check measured at load, the calibration."""
+    print(f"target {info.target} ({info.target_precision}), draft {info.draft} ({info.draft_precision}), {info.device}, "
+          f"{info.runner}")
+    print(f"precision: {info.precision_note}")
+    print(f"identity: {info.identity}")
+    costs = info.costs
+    print(f"calibrated: verify {costs.verify_fixed_s * 1e3:.0f} + {costs.verify_per_token_s * 1e3:.1f}*n ms, "
+          f"draft {costs.draft_per_token_s * 1e3:.1f} ms/token", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -277,16 +241,16 @@ def main(argv: list[str] | None = None) -> None:
     quiet_library_logs()
     engine = ChatEngine()
     info = engine.load_pair(args.target, args.draft, args.dtype, args.draft_dtype)
-    print(f"target {info.target} ({info.target_precision}), draft {info.draft} ({info.draft_precision}), {info.device}")
-    print(f"precision: {info.precision_note}")
-    costs = info.costs
-    print(f"calibrated: verify {costs.verify_fixed_s * 1e3:.0f} + {costs.verify_per_token_s * 1e3:.1f}*n ms, "
-          f"draft {costs.draft_per_token_s * 1e3:.1f} ms/token", flush=True)
+    print_pair(info)
+    if "hf-assisted" in modes and "gguf" in (info.target_precision, info.draft_precision):
+        parser.exit(2, "hf-assisted runs transformers' generate on torch models, and this pair runs on llama.cpp "
+                       "(precision gguf): leave the mode out, or give --dtype/--draft-dtype a torch precision\n")
     with ExitStack() as stack:
         runners = start_peers(stack, modes, args.target, args.draft, args.llama_server, threads=torch.get_num_threads())
         result = run_bench(engine, prompts, modes, spec, args.max_new_tokens, runners, args.temperature, args.seed)
     result["header"] = {"precision": info.precision_note, "target": info.target, "draft": info.draft,
-                        "target_precision": info.target_precision, "draft_precision": info.draft_precision}
+                        "target_precision": info.target_precision, "draft_precision": info.draft_precision,
+                        "bit_identical": info.bit_identical, "identity": info.identity, "runner": info.runner}
     if args.json:  # first: a long run's data must survive whatever comes after
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -3,9 +3,9 @@
 python -m bench.speed.overhead [--target NAME] [--draft NAME] [--dtype auto] [--draft-dtype auto]
                          [--modes target,default] [--max-new-tokens 64] [--prompts FILE.jsonl] [--json OUT]
 
-Forward hooks on both models time every forward (from the call to its logits); the rest of each generation's
-wall time is overhead. Printed per mode: steps, ms per step, ms of forwards per step, ms outside them per step,
-and that share of the step (the bar: under 10%). ``--json OUT`` writes the same rows as numbers, for a reader that
+Forward hooks on both models time every forward (from the call to its logits; for a llama.cpp model, precision
+gguf, its ``llama_decode`` calls); the rest of each generation's wall time is overhead. Printed per mode: steps, ms per step, ms of forwards per step, ms outside them per step,
+and that share of the step (the bar: under 10% for torch, under 5% for llama.cpp). ``--json OUT`` writes the same rows as numbers, for a reader that
 should not parse the table (the header's precision note takes as many lines as the machine needs).
 """
 from __future__ import annotations
@@ -57,17 +57,37 @@ class Overhead:
 
 @contextmanager
 def forward_clock(*models):
-    """Seconds spent inside the forwards of ``models`` (a one-item list, read after the block)."""
-    total, started, handles = [0.0], {}, []
+    """Seconds spent inside the forwards of ``models`` (a one-item list, read after the block). A torch model is
+    timed from its forward's call to its logits; a llama.cpp model (precision gguf) inside ``llama_decode``, so
+    the batch filling and the logits copy count as outside."""
+    total, started, handles, libs = [0.0], {}, [], {}
     for model in models:
+        if hasattr(model, "lib"):  # engine/models/gguf.py's GgufModel: time llama.cpp's decode calls
+            libs.setdefault(id(model.lib), model.lib)
+            continue
         handles.append(model.register_forward_pre_hook(lambda m, args: started.__setitem__(id(m), time.perf_counter())))
         handles.append(model.register_forward_hook(
             lambda m, args, out: total.__setitem__(0, total[0] + time.perf_counter() - started.pop(id(m)))))
+    originals = {key: lib.llama_decode for key, lib in libs.items()}
+    for key, lib in libs.items():
+        lib.llama_decode = _timed(originals[key], total)
     try:
         yield total
     finally:
         for handle in handles:
             handle.remove()
+        for key, lib in libs.items():
+            lib.llama_decode = originals[key]
+
+
+def _timed(decode, total: list[float]):
+    def timed(ctx, batch):
+        start = time.perf_counter()
+        try:
+            return decode(ctx, batch)
+        finally:
+            total[0] += time.perf_counter() - start
+    return timed
 
 
 def measure(engine: ChatEngine, prompts: list[str], modes: list[str], max_new_tokens: int) -> list[Overhead]:

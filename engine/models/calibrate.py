@@ -1,12 +1,15 @@
 """Forward costs measured on the loaded models: the table behind ``python -m bench.speed.forward`` and the
-cost model's starting point, measured once when a pair loads."""
+cost model's starting point, measured once when a pair loads; and the identity check that runs beside it."""
 from __future__ import annotations
 
 import statistics
 import time
+import weakref
 
-from engine.speed.costmodel import StepCosts, fit_line
+from engine.config import MANTISSA_BITS
+from engine.decode.identity import IdentityCheck, measure_identity
 from engine.decode.runner import ModelRunner, synchronize
+from engine.speed.costmodel import StepCosts, fit_line
 
 CALIBRATION_CONTEXT = 16  # tokens in the KV cache before the timed forwards (a short prefill: cheap at load)
 PREFILL_CHUNK = 512
@@ -48,3 +51,55 @@ def calibrate(target: ModelRunner, draft: ModelRunner, repeats: int = 2) -> Step
     drafted = forward_costs(draft, CALIBRATION_CONTEXT, [1], repeats)
     return StepCosts(verify_fixed_s=a, verify_per_token_s=b, draft_per_token_s=drafted[1],
                      verify_table=tuple(sorted(verify.items())))
+
+
+# The identity check's prompt: a real request (a 20-line edit, as people send), tokenised as the chat sends it.
+IDENTITY_PROMPT = '''Add type hints and a docstring to this function, and keep its behaviour:
+
+def merge_intervals(intervals):
+    if not intervals:
+        return []
+    intervals = sorted(intervals, key=lambda pair: pair[0])
+    merged = [list(intervals[0])]
+    for start, end in intervals[1:]:
+        last = merged[-1]
+        if start <= last[1]:
+            last[1] = max(last[1], end)
+        else:
+            merged.append([start, end])
+    return [tuple(pair) for pair in merged]
+
+
+def total_covered(intervals):
+    total = 0
+    for start, end in merge_intervals(intervals):
+        total += end - start
+    return total
+
+
+if __name__ == "__main__":
+    print(merge_intervals([(1, 3), (2, 6), (8, 10), (15, 18)]))
+    print(total_covered([(1, 3), (2, 6), (8, 10), (15, 18)]))
+'''
+
+
+_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its IdentityCheck, on this machine
+
+
+def check_identity(target) -> IdentityCheck:
+    """Whether greedy speculation is bit-for-bit ``target``'s output on this machine: measured on a fresh runner
+    (engine/decode/identity.py), at load, for every runner and precision; once per loaded model (a pair
+    switch that keeps the target does not measure it again)."""
+    if target.model in _CHECKED:
+        return _CHECKED[target.model]
+    _CHECKED[target.model] = check = _measure(target)
+    return check
+
+
+def _measure(target) -> IdentityCheck:
+    from engine.models.loading import runner_for, runner_name
+    from engine.models.prompt import template_ids
+
+    ids = template_ids(target.tokenizer, [{"role": "user", "content": IDENTITY_PROMPT}])
+    return measure_identity(runner_for(target), ids, MANTISSA_BITS.get(target.precision, 7),
+                            where=f"{target.device}, {target.precision}, {runner_name(target)}")

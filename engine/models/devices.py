@@ -27,7 +27,7 @@ from engine.errors import DeviceOutOfMemoryError, InvalidSettingError, MissingDe
 FIT_FRACTION = 0.7  # bf16 weights may take this share of the free GPU memory
 NF4_BYTES_PER_WEIGHT = 0.5 + 4 / 64  # 4-bit codes plus one fp32 absmax per 64-weight block (bitsandbytes)
 HALF_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-CPU_ONLY = ("int8-dynamic", "int8-weight", "int4")  # torch's CPU kernels
+CPU_ONLY = ("int8-dynamic", "int8-weight", "int4", "gguf")  # torch's CPU kernels; llama.cpp's (built for the CPU)
 BITSANDBYTES = ("int8", "nf4")
 INT8_TARGET = ("int8 (bitsandbytes LLM.int8) cannot be the target: it picks its outlier columns across all the "
                "tokens of a forward, so a token's logits depend on the other tokens verified with it and the "
@@ -104,7 +104,8 @@ def check_device_precision(precision: str, device: torch.device) -> None:
     """Refuse a precision the device cannot run, with what to choose instead."""
     if precision in CPU_ONLY and device.type != "cpu":
         instead = "bf16 or nf4 (bitsandbytes)" if device.type == "cuda" else "bf16 or fp16"
-        raise InvalidSettingError(f"{precision} runs on the CPU only (torch's CPU kernels); on "
+        kernels = "llama.cpp built for the CPU" if precision == "gguf" else "torch's CPU kernels"
+        raise InvalidSettingError(f"{precision} runs on the CPU only ({kernels}); on "
                                   f"{DEVICE_LABELS[device.type]} use {instead}")
     if precision in BITSANDBYTES and device.type == "mps":
         raise InvalidSettingError(f"{precision} (bitsandbytes) does not run on Apple's MPS; use bf16 or fp16")

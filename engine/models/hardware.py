@@ -16,8 +16,9 @@ ROLES = ("target", "draft")
 # (target, draft) per machine kind (python -m bench.speed.forward, numbers in docs/models.md):
 # - The target is never int8-dynamic: its per-forward activation scale makes a token's logits depend on the
 #   other tokens of the verify forward, so the loop would not be lossless (engine/models/int8_weight.py).
-# - Every CPU target is batch-invariant (int4 or int8-weight with eager attention: bit-for-bit the target-only
-#   tokens, engine/divergence.py BATCH_INVARIANT); native bf16 is not (oneDNN's bf16 GEMM rounds by row count).
+# - Every CPU target is chosen batch-invariant where the kernels allow (int4 or int8-weight with row-exact
+#   attention, engine/models/attention.py); the load-time check measures whether it is (engine/decode/identity.py).
+#   Native bf16 is not (oneDNN's bf16 GEMM rounds by row count).
 # - avx512-bf16 (Zen 4), avx512: int4, the GGUF's own 4-bit grid (engine/models/int4_weight.py): decoding reads
 #   the weights' bytes, and 4-bit reads about half of int8 (measured 1.5B forward at n = 1/4/16 on Zen 4:
 #   int4 34/50/182 ms, int8-weight 64/65/237 ms, bf16 161/140/192 ms).

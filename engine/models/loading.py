@@ -2,23 +2,23 @@
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from engine.models.catalog import BUILTIN_MODELS, builtin_dir, model_gguf, user_gguf_dir
+from engine.models.catalog import BUILTIN_MODELS, model_gguf
 from engine.config import AUTO, check_precision
 from engine.models import devices, hardware
 from engine.models.int4_weight import quantize_int4
 from engine.models.int8_weight import quantize_int8_weight
-from engine.errors import IncompatiblePairError, MissingDependencyError, ModelFormatError, UnknownModelError
+from engine.errors import IncompatiblePairError, MissingDependencyError, UnknownModelError
+from engine.models.gguf import GGUF, GgufModel
+from engine.models.sources import (ALLOW_DOWNLOADS_ENV, GGUF_MAGIC, check_gguf_file, check_source,  # noqa: F401
+                                   gguf_file, gguf_runnable, hub_source, resolve_source, source_kind)
 
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>")
-GGUF_MAGIC = b"GGUF"
-ALLOW_DOWNLOADS_ENV = "SPECLENS_ALLOW_DOWNLOADS"  # "1": hub ids not in the local cache are downloaded
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,18 @@ class LoadedModel:
 def runner_for(loaded: LoadedModel):
     """A fresh runner (an empty KV cache) on ``loaded``'s model: the one way a decode, a proposer, a calibration,
     the judge or a bench gets one. Fresh per generation: the same prompt and seed always give the same answer."""
+    if isinstance(loaded.model, GgufModel):  # a context from the model's pool (engine/models/gguf.py)
+        return loaded.model.runner(loaded.vocab_size)
     from engine.decode.runner import ModelRunner  # transformers, only once a model is loaded
 
     return ModelRunner(loaded.model, loaded.vocab_size)
+
+
+def runner_name(loaded: LoadedModel) -> str:
+    """What runs ``loaded``, in words: llama.cpp and its settings, or torch and its attention."""
+    if isinstance(loaded.model, GgufModel):
+        return loaded.model.describe()
+    return f"torch {torch.__version__}, {getattr(loaded.model.config, '_attn_implementation', '?')} attention"
 
 
 def quiet_library_logs() -> None:
@@ -77,7 +86,8 @@ def plan_precisions(models: dict[str, tuple[str, str | None]], device: torch.dev
     else:
         chosen, notes, machine = {}, [], hardware.detect_machine(device.type)
         for role, precision in fixed.items():
-            auto = hardware.auto_precision(machine, role)
+            auto = GGUF if device.type == "cpu" and gguf_runnable(models[role][0]) else \
+                hardware.auto_precision(machine, role)  # gguf: llama.cpp runs GGUF models where it is installed
             chosen[role], note = (precision, "") if precision else devices.adapt_auto(auto, device)
             notes += [note] if note and note not in notes else []
         plan = devices.PrecisionPlan(chosen, "; ".join(notes))
@@ -86,79 +96,16 @@ def plan_precisions(models: dict[str, tuple[str, str | None]], device: torch.dev
     return plan
 
 
-def source_kind(name: str) -> tuple[str, str | Path]:
-    """How a model name is read, without converting or loading anything: ("builtin", name), ("gguf", path) for
-    a GGUF file (its magic bytes checked), ("dir", path) for a local HF directory or ("hub", id). Raises
-    UnknownModelError for anything else and ModelFormatError for a ``.gguf`` that is not GGUF."""
-    name = name.strip()
-    if name in BUILTIN_MODELS:
-        return "builtin", name
-    path = Path(os.path.expanduser(name))
-    if path.is_file() and path.suffix == ".gguf":
-        check_gguf_file(path)  # before any conversion starts
-        return "gguf", path
-    if path.is_dir() and (path / "config.json").exists():
-        return "dir", path
-    if name.count("/") == 1 and not path.exists() and all(name.split("/")):
-        return "hub", name
-    raise _unknown(name)
-
-
-def check_source(name: str) -> None:
-    """Everything :func:`resolve_source` would refuse, found in milliseconds (the command-line tools check their
-    model names with it before loading anything): a hub id must also be in the local cache."""
-    kind, where = source_kind(name)
-    if kind == "hub":
-        hub_source(str(where))
-
-
-def resolve_source(name: str, cache_dir: Path | None = None) -> str:
-    """A directory or hub id that ``from_pretrained`` understands, converting GGUF files on first use into
-    ``cache_dir`` (default: :func:`engine.models.catalog.cache_root`)."""
-    kind, where = source_kind(name)
-    if kind == "builtin":
-        return str(builtin_dir(str(where), cache_dir))
-    if kind == "gguf":
-        return str(user_gguf_dir(Path(where), cache_dir))
-    return str(where) if kind == "dir" else hub_source(str(where))
-
-
-def _unknown(name: str) -> UnknownModelError:
-    return UnknownModelError(f"unknown model {name!r}: not a built-in name, a .gguf file, a local HF directory "
-                             f"or a hub id (org/name). Built-in models: {', '.join(BUILTIN_MODELS)}")
-
-
-def check_gguf_file(path: Path) -> None:
-    """A GGUF file starts with the magic bytes ``GGUF``; anything else is refused before it is converted."""
-    with open(path, "rb") as f:
-        head = f.read(len(GGUF_MAGIC))
-    if head != GGUF_MAGIC:
-        what = "empty" if not head else f"starts with {head!r}"
-        raise ModelFormatError(f"{path} is not a GGUF model file ({what}, expected {GGUF_MAGIC!r})")
-
-
-def hub_source(repo_id: str) -> str:
-    """A hub id resolves to its snapshot in the local Hugging Face cache; without one it fails at once
-    (no network retries) unless downloads are allowed with SPECLENS_ALLOW_DOWNLOADS=1."""
-    if os.environ.get(ALLOW_DOWNLOADS_ENV) == "1":
-        return repo_id
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        config = try_to_load_from_cache(repo_id, "config.json")
-    except ValueError:  # not a valid repo id (HFValidationError)
-        raise _unknown(repo_id) from None
-    if isinstance(config, str):
-        return str(Path(config).parent)  # the cached snapshot directory: loads without network
-    raise UnknownModelError(f"{repo_id!r} is not available offline: it is not in the local Hugging Face cache. "
-                            f"Set {ALLOW_DOWNLOADS_ENV}=1 to download it, or use a local directory or .gguf file")
-
-
 def attention_for(device: torch.device) -> str:
-    """``eager`` on CPU: each query row of a verify forward is computed exactly as that token fed alone, so the
-    greedy loop is bit-for-bit the target's (``sdpa`` differs by a bf16 step between the two shapes). It costs no
-    more than sdpa on CPU (numbers in docs/models.md). GPUs keep sdpa: their kernels are not batch-invariant anyway."""
-    return "eager" if device.type == "cpu" else "sdpa"
+    """Row-exact attention on CPU (engine/models/attention.py): each query row of a verify forward is computed
+    exactly as that token fed alone, so a batch-invariant precision keeps the greedy loop bit-for-bit the target's
+    (``eager`` sums a verify row's weights times V in another order, ``sdpa`` differs by a bf16 step too). GPUs keep
+    sdpa: their kernels are not batch-invariant anyway."""
+    if device.type != "cpu":
+        return "sdpa"
+    from engine.models.attention import ROW_EXACT  # registers it with transformers
+
+    return ROW_EXACT
 
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8-weight": torch.bfloat16,
@@ -192,6 +139,8 @@ def load_model(name: str, precision: str | None = None, device: torch.device | N
     device = device or default_device()
     auto = chosen_by_auto or precision in (None, AUTO)
     precision = plan_precisions({role: (name, precision)}, device, cache_dir).precisions[role]
+    if precision == GGUF:
+        return load_gguf(name, cache_dir, auto)
     source = resolve_source(name, cache_dir)
     kwargs = _quantization_kwargs(precision, device)
     try:
@@ -218,6 +167,23 @@ def load_model(name: str, precision: str | None = None, device: torch.device | N
         quantize_int4(model, model_gguf(name, cache_dir), requantize=role == "draft")
     model.eval()
     return wrap_model(name, precision, model, tokenizer, auto_precision=auto)
+
+
+def load_gguf(name: str, cache_dir: Path | None = None, auto_precision: bool = False) -> LoadedModel:
+    """``name``'s GGUF file run by llama.cpp; the tokenizer and config are the converted model's (the chat
+    template and the text-is-text encoding stay the HF tokenizer's: the same ids, tested)."""
+    from transformers import AutoConfig
+
+    path = gguf_file(name, cache_dir)
+    tokenizer = load_tokenizer(name, cache_dir)
+    model = GgufModel(path)
+    model.config = AutoConfig.from_pretrained(resolve_source(name, cache_dir))  # sizes, for the pair doctor
+    vocab = tokenizer.get_vocab()
+    eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    eos.update(vocab[t] for t in END_TOKENS if t in vocab)
+    return LoadedModel(name=name, precision=GGUF, model=model, tokenizer=tokenizer,
+                       vocab_size=min(len(tokenizer), model.n_vocab), eos_ids=frozenset(eos),
+                       context_window=model.n_ctx, device=torch.device("cpu"), auto_precision=auto_precision)
 
 
 def wrap_model(name: str, precision: str, model, tokenizer, auto_precision: bool = False) -> LoadedModel:

@@ -15,12 +15,13 @@ import torch
 
 from engine.cache.judge import LLMJudge, judge_for, uncalibrated_note
 from engine.config import AUTO
-from engine.divergence import batch_invariant
+from engine.decode.identity import IdentityCheck
 from engine.errors import NoPairError
-from engine.models.calibrate import calibrate
+from engine.models.calibrate import calibrate, check_identity
 from engine.models.devices import check_target_precision, gpu_bytes, release_memory
 from engine.models.hardware import describe_choice, detect_machine
-from engine.models.loading import LoadedModel, check_pair, check_pair_sources, load_model, plan_precisions, runner_for
+from engine.models.loading import (LoadedModel, check_pair, check_pair_sources, load_model, plan_precisions,
+                                   runner_for, runner_name)
 from engine.serve.model_lock import ModelLock
 from engine.speed.costmodel import StepCosts
 from engine.surface import PairInfo
@@ -35,6 +36,7 @@ class Pair:
     draft: LoadedModel
     costs: StepCosts  # calibrated at load: the adaptive k starts from it
     precision_note: str  # what auto chose (or the user) on this machine
+    identity: IdentityCheck  # measured at load: is the target the same in a verify as alone, here
 
     @property
     def models(self) -> tuple[LoadedModel, LoadedModel]:
@@ -43,7 +45,8 @@ class Pair:
     def info(self) -> PairInfo:
         return PairInfo(self.target.name, self.draft.name, self.target.precision, self.draft.precision,
                         str(self.target.device), self.precision_note, self.costs,
-                        bit_identical=batch_invariant(self.target))
+                        bit_identical=self.identity.identical, identity=self.identity.describe(),
+                        identity_drift_steps=self.identity.max_drift_steps, runner=runner_name(self.target))
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,7 @@ class PairSlot:
         costs = calibrate(runner_for(target), runner_for(draft))
         note = describe_choice(detect_machine(target.device.type), target.precision, draft.precision,
                                (target.auto_precision, draft.auto_precision), reason)
-        pair = Pair(target, draft, costs, note)
+        pair = Pair(target, draft, costs, note, check_identity(target))
         switched, self.pair = self.pair is not None, pair
         if switched:
             self._release_all_but(pair)

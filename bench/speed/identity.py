@@ -1,0 +1,122 @@
+"""Which runner settings keep a verify row the same as the token fed alone, on this machine, and at what speed.
+
+    python -m bench.speed.identity [--model NAME] [--precision gguf] [--widths 2-16] [--positions 24,256]
+                                   [--json OUT]
+
+The load-time check (engine/decode/identity.py) on one model, per setting: for ``gguf``, llama.cpp's flash
+attention on/off times weight repacking on/off (each a fresh load of the file); for a torch precision, the one
+way it loads. Prints per setting the rows equal out of rows compared at each width and position, the largest
+drift (rounding steps of the top logit), and the median milliseconds of a one-token forward, so a
+bit-identical setting can be weighed against a faster one.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from tqdm.auto import tqdm
+
+from bench.cli import arguments_checked
+from engine.config import MANTISSA_BITS, check_precision
+from engine.decode.identity import LONG_POSITION, SHORT_POSITION, measure_identity
+from engine.models.calibrate import IDENTITY_PROMPT
+from engine.models.catalog import DEFAULT_TARGET
+from engine.models.sources import gguf_file
+from engine.models.loading import check_source, load_model, load_tokenizer, quiet_library_logs, runner_for
+from engine.models.prompt import template_ids
+
+GGUF_SETTINGS = [(flash, repack) for flash in (True, False) for repack in (False, True)]
+
+
+def parse_widths(text: str) -> tuple[int, ...]:
+    """``2-16`` or ``2,3,5``: verify widths of at least 2."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    widths = []
+    for part in parts:
+        low, _, high = part.partition("-")
+        widths += list(range(int(low), int(high or low) + 1))
+    if not widths or min(widths) < 2:
+        raise ValueError(f"--widths takes verify widths of at least 2 (e.g. 2-16), not {text!r}")
+    return tuple(sorted(set(widths)))
+
+
+def parse_positions(text: str) -> tuple[int, ...]:
+    try:
+        positions = tuple(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        positions = ()
+    if not positions or min(positions) < 1:
+        raise ValueError(f"--positions takes whole numbers >= 1 (e.g. 24,256), not {text!r}")
+    return positions
+
+
+def single_token_ms(runner, ids: list[int], repeats: int = 5) -> float:
+    runner.reset()
+    runner.forward(ids[:SHORT_POSITION], n_logits=1)
+    times = []
+    for i in range(repeats):
+        start = time.perf_counter()
+        runner.forward([ids[SHORT_POSITION + i]], n_logits=1)
+        times.append(time.perf_counter() - start)
+    runner.reset()
+    return statistics.median(times) * 1e3
+
+
+def measure_settings(model: str, precision: str, widths: tuple[int, ...], positions: tuple[int, ...]) -> list[dict]:
+    ids = template_ids(load_tokenizer(model), [{"role": "user", "content": IDENTITY_PROMPT}])
+    rows = []
+    settings = GGUF_SETTINGS if precision == "gguf" else [None]
+    for setting in tqdm(settings, desc="settings", leave=False):
+        if setting is None:
+            runner, label = runner_for(load_model(model, precision)), precision
+        else:
+            from engine.models.gguf import GgufModel, GgufSettings
+            loaded = load_model(model, "gguf")
+            flash, repack = setting
+            gguf = GgufModel(gguf_file(model), GgufSettings(flash_attn=flash, repack=repack))
+            runner, label = gguf.runner(loaded.vocab_size), f"gguf flash {'on' if flash else 'off'}, repack " \
+                                                           f"{'on' if repack else 'off'}"
+        check = measure_identity(runner, ids, MANTISSA_BITS.get(precision, 7), widths, positions)
+        per_width = {f"{pos}/{w}": _equal_at(runner, ids, pos, w) for pos in positions for w in widths} \
+            if not check.identical else {}
+        rows.append({"setting": label, "rows_equal": check.rows_equal, "rows": check.rows,
+                     "max_drift_steps": check.max_drift_steps, "identical": check.identical,
+                     "first_unequal": check.first_unequal, "single_token_ms": single_token_ms(runner, ids),
+                     "unequal_widths": [k for k, ok in per_width.items() if not ok]})
+    return rows
+
+
+def _equal_at(runner, ids: list[int], pos: int, width: int) -> bool:
+    return measure_identity(runner, ids, 7, (width,), (pos,)).identical
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.speed.identity", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=DEFAULT_TARGET)
+    parser.add_argument("--precision", default="gguf", help="gguf (all four llama.cpp settings) or a torch precision")
+    parser.add_argument("--widths", default="2-16", help="verify widths, e.g. 2-16 or 2,3,5")
+    parser.add_argument("--positions", default=f"{SHORT_POSITION},{LONG_POSITION}",
+                        help="tokens of the prompt in the cache before each verify")
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args(argv)
+    with arguments_checked(parser):
+        check_precision(args.precision)
+        check_source(args.model)
+        widths = parse_widths(args.widths)
+        positions = parse_positions(args.positions)
+    quiet_library_logs()
+    rows = measure_settings(args.model, args.precision, widths, positions)
+    print(f"{'setting':<32} {'rows equal':>12} {'max drift':>10} {'1-token ms':>11}  unequal (position/width)")
+    for r in rows:
+        unequal = ", ".join(r["unequal_widths"]) or "none"
+        print(f"{r['setting']:<32} {r['rows_equal']:>5}/{r['rows']:<6} {r['max_drift_steps']:>10.1f} "
+              f"{r['single_token_ms']:>11.1f}  {unequal}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"model": args.model, "widths": widths, "positions": positions, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Bit-for-bit identity, measured on this machine: every row of a verify forward against the same tokens fed alone.
+
+Greedy speculation gives exactly the target-only tokens when the target computes each token the same inside a
+verify forward of n tokens as fed alone. Whether it does depends on the kernels of this CPU or GPU, this
+precision and these matrix sizes (an AVX2 CPU and an AVX-512 one round differently), so it is measured when a
+pair loads, never assumed: a real prompt, at a short and a long position, at each verify width the loop uses.
+A row counts as equal only when all its logits are equal; after each verify forward one more token is fed alone
+and compared too, so the KV cache the verify left behind is checked as well.
+
+Works on any runner with the ``ModelRunner`` contract (forward, rollback, tokens). Torch is imported only
+inside the measurement: the app reads ``IdentityCheck`` without it.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+# The verify widths (k + 1) checked: every k up to 5, where the adaptive k spends nearly all its steps on a CPU,
+# then k = 8 and the widest model draft (k_max 16). About 30 s for the 1.5B target on 2 Zen 3 cores, 2 s for SmolLM2.
+CHECK_WIDTHS = (2, 3, 4, 5, 6, 9, 17)
+SHORT_POSITION, LONG_POSITION = 24, 256  # tokens of the prompt in the cache before each verify
+
+
+@dataclass(frozen=True)
+class IdentityCheck:
+    """What the check found: rows equal out of rows compared, and the largest drift where they were not."""
+    rows_equal: int
+    rows: int
+    widths: tuple[int, ...]
+    positions: tuple[int, ...]
+    max_drift_steps: float  # largest |batched - alone| logit, in rounding steps of that row's top logit
+    first_unequal: tuple[int, int, int] | None  # (position, width, row) of the first unequal row
+    seconds: float
+    where: str = ""  # the runner and machine it ran on, e.g. "cpu, speclens-row-exact attention"
+
+    @property
+    def identical(self) -> bool:
+        return self.rows > 0 and self.rows_equal == self.rows
+
+    def describe(self) -> str:
+        span = f"verify widths {self.widths[0]}-{self.widths[-1]}, positions {' and '.join(map(str, self.positions))}"
+        if self.identical:
+            return f"verified bit-identical on this machine: {self.rows}/{self.rows} rows ({span})"
+        pos, width, row = self.first_unequal or (0, 0, 0)
+        return (f"identical up to rounding ties (max drift {self.max_drift_steps:.1f} steps): "
+                f"{self.rows_equal}/{self.rows} rows equal, first unequal at width {width} row {row}, "
+                f"position {pos} ({span})")
+
+
+def measure_identity(runner, text_ids: list[int], mantissa_bits: int, widths: tuple[int, ...] = CHECK_WIDTHS,
+                     positions: tuple[int, ...] = (SHORT_POSITION, LONG_POSITION), where: str = "") -> IdentityCheck:
+    """Compare each row of a forward of n tokens (n in ``widths``) at each of ``positions`` with the same tokens
+    fed one at a time; a drift is counted in rounding steps of the row's top logit with the logits'
+    ``mantissa_bits`` (bf16: 7). ``text_ids``: a real prompt's ids, repeated when shorter than
+    ``max(positions) + max(widths) + 1``. The runner is reset before and after."""
+    start = time.perf_counter()
+    ids = list(text_ids)
+    while len(ids) < max(positions) + max(widths) + 1:
+        ids += list(text_ids)
+    tally = _Tally(mantissa_bits)
+    runner.reset()
+    for pos in positions:
+        _check_position(runner, ids, pos, widths, tally)
+    runner.reset()
+    return IdentityCheck(tally.equal, tally.total, tuple(widths), tuple(positions), tally.drift, tally.first,
+                         time.perf_counter() - start, where)
+
+
+class _Tally:
+    def __init__(self, mantissa_bits: int):
+        self.bits, self.equal, self.total, self.drift, self.first = mantissa_bits, 0, 0, 0.0, None
+
+    def compare(self, batched, alone, where: tuple[int, int, int]) -> None:
+        import torch
+
+        self.total += 1
+        if torch.equal(batched, alone):
+            self.equal += 1
+            return
+        self.first = self.first or where
+        top = abs(float(alone.max())) or 1.0
+        step = 2.0 ** (math.floor(math.log2(top)) - self.bits)
+        self.drift = max(self.drift, float((batched - alone).abs().max()) / step)
+
+
+def _check_position(runner, ids: list[int], pos: int, widths: tuple[int, ...], tally: _Tally) -> None:
+    """At ``pos`` (the prompt prefilled up to there): the rows of each width, then one token fed alone after it."""
+    import torch
+
+    runner.rollback(min(pos, len(runner.tokens)))
+    if len(runner.tokens) < pos:
+        runner.forward(ids[len(runner.tokens):pos], n_logits=1)  # the prompt up to here, one prefill
+    widest = max(widths)
+    alone = torch.cat([runner.forward([t], n_logits=1) for t in ids[pos:pos + widest + 1]])  # (widest + 1, vocab)
+    for width in widths:
+        runner.rollback(pos)
+        batched = torch.cat([runner.forward(ids[pos:pos + width], n_logits=width),
+                             runner.forward([ids[pos + width]], n_logits=1)])  # (width + 1, vocab)
+        for row in range(width + 1):
+            tally.compare(batched[row], alone[row], (pos, width, row))
+    runner.rollback(pos)

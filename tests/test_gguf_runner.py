@@ -182,3 +182,13 @@ def test_the_identity_bench_measures_each_llama_cpp_setting(tmp_path, capsys):
         assert r["identical"] == (r["rows_equal"] == r["rows"]) and (r["identical"] or r["unequal_widths"])
     printed = capsys.readouterr().out
     assert "gguf flash off, repack on" in printed and "rows equal" in printed
+
+
+def test_llama_cpps_measured_drift_stays_within_its_tie_bound(smol):
+    """Where llama.cpp's verify rows are not the tokens fed alone, the drift the load-time check measures must stay
+    within the tie rule that explains divergences (engine.divergence.tie_steps): else a tie would be called a bug,
+    or a bug a tie."""
+    from engine.divergence import tie_steps
+    from engine.models.calibrate import check_identity
+    check = check_identity(smol)
+    assert check.rows > 0 and check.max_drift_steps <= tie_steps("gguf"), check.describe()

@@ -56,7 +56,10 @@ def test_default_draft_precision_stays_lossless_with_the_default_spec():
     info = engine.load_pair(SMOL, SMOL, "fp32")
     plan = plan_precisions({"target": (SMOL, "fp32"), "draft": (SMOL, None)})
     assert info.draft_precision == plan.precisions["draft"]
-    if DEVICE == "cpu" and torch.backends.quantized.engine != "none":
+    from engine.models.loading import gguf_runnable
+    if DEVICE == "cpu" and gguf_runnable(SMOL):  # llama-cpp-python installed: auto runs the GGUF draft on it
+        assert info.draft_precision == "gguf"
+    elif DEVICE == "cpu" and torch.backends.quantized.engine != "none":
         assert info.draft_precision == "int8-dynamic"
     accepted = 0
     for prompt in PROMPTS:

@@ -24,6 +24,14 @@ PRECISIONS = (AUTO, "bf16", "fp16", "fp32", "int8", "nf4", "int8-dynamic", "int8
 # int8-dynamic quantises the activations to 8 bits, at least as coarse as bf16; int8-weight computes in bf16.
 MANTISSA_BITS = {"bf16": 7, "fp16": 10, "nf4": 7, "int8": 7, "int8-dynamic": 7, "int8-weight": 7, "int4": 7, "fp32": 23,
                  "gguf": 7}  # llama.cpp: fp32 sums of 8-bit activations times 4-bit weights, coarser than bf16
+
+
+def rounding_step(precision: str, value: float) -> float:
+    """Spacing of representable numbers near ``value`` in ``precision`` (bf16 near 20: 0.125)."""
+    exponent = math.floor(math.log2(abs(value))) if value else 0
+    return 2.0 ** (exponent - MANTISSA_BITS.get(precision, 7))
+
+
 MAX_K = 64
 MAX_NEW_TOKENS = 8192
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit integer

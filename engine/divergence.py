@@ -7,12 +7,11 @@ a speculation error; a divergence where the margin is far above the rounding ste
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 import torch
 
-from engine.config import MANTISSA_BITS
+from engine.config import rounding_step  # noqa: F401 (engine.divergence.rounding_step, as before)
 from engine.models.loading import LoadedModel, runner_for
 from engine.decode.runner import common_prefix
 
@@ -39,12 +38,6 @@ def tie_steps(precision: str) -> int:
 def tie_margin(precision: str, top_logit: float) -> float:
     """The largest gap below ``top_logit`` that is still a rounding tie in ``precision``."""
     return tie_steps(precision) * rounding_step(precision, top_logit)
-
-
-def rounding_step(precision: str, value: float) -> float:
-    """Spacing of representable numbers near ``value`` in ``precision`` (bf16 near 20: 0.125)."""
-    exponent = math.floor(math.log2(abs(value))) if value else 0
-    return 2.0 ** (exponent - MANTISSA_BITS.get(precision, 7))
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.config import MANTISSA_BITS
 from engine.decode.identity import IdentityCheck, measure_identity
 from engine.decode.runner import ModelRunner
 from engine.models.attention import ROW_EXACT
@@ -29,7 +28,7 @@ def _tiny(precision: str):
 
 
 def test_the_check_counts_every_row_of_every_width_and_position():
-    check = measure_identity(ModelRunner(_tiny("int8-weight"), 48), TEXT, MANTISSA_BITS["int8-weight"],
+    check = measure_identity(ModelRunner(_tiny("int8-weight"), 48), TEXT, "int8-weight",
                              widths=(2, 3, 5), positions=(4, 40))
     assert check.rows == 2 * ((2 + 1) + (3 + 1) + (5 + 1))  # each width's rows, plus one token fed alone after it
     assert check.identical and check.rows_equal == check.rows and check.max_drift_steps == 0.0
@@ -38,7 +37,7 @@ def test_the_check_counts_every_row_of_every_width_and_position():
 
 def test_a_runner_whose_rows_depend_on_the_batch_is_found_out():
     """int8-dynamic shares one activation scale across a forward's rows: the check must see it."""
-    check = measure_identity(ModelRunner(_tiny("int8-dynamic"), 48), TEXT, MANTISSA_BITS["int8-dynamic"],
+    check = measure_identity(ModelRunner(_tiny("int8-dynamic"), 48), TEXT, "int8-dynamic",
                              widths=(2, 4, 8), positions=(4, 40))
     assert not check.identical and check.rows_equal < check.rows and check.max_drift_steps > 0
     assert check.first_unequal is not None
@@ -48,7 +47,7 @@ def test_a_runner_whose_rows_depend_on_the_batch_is_found_out():
 
 def test_the_check_leaves_the_runner_empty_and_repeats_a_short_prompt():
     runner = ModelRunner(_tiny("fp32"), 48)
-    check = measure_identity(runner, TEXT[:10], 23, widths=(2,), positions=(30,))  # 10 ids, repeated to 33
+    check = measure_identity(runner, TEXT[:10], "fp32", widths=(2,), positions=(30,))  # 10 ids, repeated to 33
     assert runner.tokens == [] and check.rows == 3
 
 

@@ -19,7 +19,7 @@ import time
 from tqdm.auto import tqdm
 
 from bench.cli import arguments_checked
-from engine.config import MANTISSA_BITS, check_precision
+from engine.config import check_precision
 from engine.decode.identity import LONG_POSITION, SHORT_POSITION, measure_identity
 from engine.models.calibrate import IDENTITY_PROMPT
 from engine.models.catalog import DEFAULT_TARGET
@@ -68,28 +68,22 @@ def measure_settings(model: str, precision: str, widths: tuple[int, ...], positi
     ids = template_ids(load_tokenizer(model), [{"role": "user", "content": IDENTITY_PROMPT}])
     rows = []
     settings = GGUF_SETTINGS if precision == "gguf" else [None]
+    loaded = load_model(model, precision)  # the one way a torch precision loads; gguf: the vocabulary to cut to
     for setting in tqdm(settings, desc="settings", leave=False):
         if setting is None:
-            runner, label = runner_for(load_model(model, precision)), precision
+            runner, label = runner_for(loaded), precision
         else:
             from engine.models.gguf import GgufModel, GgufSettings
-            loaded = load_model(model, "gguf")
             flash, repack = setting
             gguf = GgufModel(gguf_file(model), GgufSettings(flash_attn=flash, repack=repack))
-            runner, label = gguf.runner(loaded.vocab_size), f"gguf flash {'on' if flash else 'off'}, repack " \
-                                                           f"{'on' if repack else 'off'}"
-        check = measure_identity(runner, ids, MANTISSA_BITS.get(precision, 7), widths, positions)
-        per_width = {f"{pos}/{w}": _equal_at(runner, ids, pos, w) for pos in positions for w in widths} \
-            if not check.identical else {}
+            runner = gguf.runner(loaded.vocab_size)
+            label = f"gguf flash {'on' if flash else 'off'}, repack {'on' if repack else 'off'}"
+        check = measure_identity(runner, ids, precision, widths, positions)
         rows.append({"setting": label, "rows_equal": check.rows_equal, "rows": check.rows,
                      "max_drift_steps": check.max_drift_steps, "identical": check.identical,
                      "first_unequal": check.first_unequal, "single_token_ms": single_token_ms(runner, ids),
-                     "unequal_widths": [k for k, ok in per_width.items() if not ok]})
+                     "unequal_widths": [f"{pos}/{width}" for pos, width in check.unequal]})
     return rows
-
-
-def _equal_at(runner, ids: list[int], pos: int, width: int) -> bool:
-    return measure_identity(runner, ids, 7, (width,), (pos,)).identical
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,9 +12,10 @@ inside the measurement: the app reads ``IdentityCheck`` without it.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
+
+from engine.config import rounding_step
 
 # The verify widths (k + 1) checked: every k up to 5, where the adaptive k spends nearly all its steps on a CPU,
 # then k = 8 and the widest model draft (k_max 16). About 30 s for the 1.5B target on 2 Zen 3 cores, 2 s for SmolLM2.
@@ -33,6 +34,7 @@ class IdentityCheck:
     first_unequal: tuple[int, int, int] | None  # (position, width, row) of the first unequal row
     seconds: float
     where: str = ""  # the runner and machine it ran on, e.g. "cpu, speclens-row-exact attention"
+    unequal: tuple[tuple[int, int], ...] = ()  # every (position, width) with an unequal row
 
     @property
     def identical(self) -> bool:
@@ -48,28 +50,29 @@ class IdentityCheck:
                 f"position {pos} ({span})")
 
 
-def measure_identity(runner, text_ids: list[int], mantissa_bits: int, widths: tuple[int, ...] = CHECK_WIDTHS,
+def measure_identity(runner, text_ids: list[int], precision: str, widths: tuple[int, ...] = CHECK_WIDTHS,
                      positions: tuple[int, ...] = (SHORT_POSITION, LONG_POSITION), where: str = "") -> IdentityCheck:
     """Compare each row of a forward of n tokens (n in ``widths``) at each of ``positions`` with the same tokens
-    fed one at a time; a drift is counted in rounding steps of the row's top logit with the logits'
-    ``mantissa_bits`` (bf16: 7). ``text_ids``: a real prompt's ids, repeated when shorter than
+    fed one at a time; a drift is counted in rounding steps of the row's top logit in ``precision``
+    (engine.config.rounding_step). ``text_ids``: a real prompt's ids, repeated when shorter than
     ``max(positions) + max(widths) + 1``. The runner is reset before and after."""
     start = time.perf_counter()
     ids = list(text_ids)
     while len(ids) < max(positions) + max(widths) + 1:
         ids += list(text_ids)
-    tally = _Tally(mantissa_bits)
+    tally = _Tally(precision)
     runner.reset()
     for pos in positions:
         _check_position(runner, ids, pos, widths, tally)
     runner.reset()
     return IdentityCheck(tally.equal, tally.total, tuple(widths), tuple(positions), tally.drift, tally.first,
-                         time.perf_counter() - start, where)
+                         time.perf_counter() - start, where, tuple(dict.fromkeys(tally.unequal)))
 
 
 class _Tally:
-    def __init__(self, mantissa_bits: int):
-        self.bits, self.equal, self.total, self.drift, self.first = mantissa_bits, 0, 0, 0.0, None
+    def __init__(self, precision: str):
+        self.precision, self.equal, self.total, self.drift, self.first = precision, 0, 0, 0.0, None
+        self.unequal: list[tuple[int, int]] = []
 
     def compare(self, batched, alone, where: tuple[int, int, int]) -> None:
         import torch
@@ -79,8 +82,8 @@ class _Tally:
             self.equal += 1
             return
         self.first = self.first or where
-        top = abs(float(alone.max())) or 1.0
-        step = 2.0 ** (math.floor(math.log2(top)) - self.bits)
+        self.unequal.append(where[:2])
+        step = rounding_step(self.precision, float(alone.max()))
         self.drift = max(self.drift, float((batched - alone).abs().max()) / step)
 
 

@@ -13,10 +13,10 @@ import ctypes
 import numpy as np
 import torch
 
-from engine.decode.runner import common_prefix
+from engine.decode.runner import PrefixReuse
 
 
-class LlamaCppRunner:
+class LlamaCppRunner(PrefixReuse):
     """One llama.cpp context (its own KV cache) of a loaded GGUF model. ``lib`` is the ``llama_cpp`` module."""
     device = torch.device("cpu")
     head_ids = None  # llama.cpp computes the whole output head: trim_head is a no-op
@@ -44,15 +44,6 @@ class LlamaCppRunner:
             if not self.lib.llama_memory_seq_rm(self.memory, 0, n_tokens, -1):
                 raise RuntimeError(f"llama.cpp could not roll its KV cache back to {n_tokens} tokens")
             del self.tokens[n_tokens:]
-
-    def reusable_prefix(self, context_ids: list[int]) -> int:
-        """As ``ModelRunner.reusable_prefix``: never the whole context (its last token is fed again)."""
-        return common_prefix(self.tokens, context_ids[:-1])
-
-    def resume(self, context_ids: list[int]) -> int:
-        pos = self.reusable_prefix(context_ids)
-        self.rollback(pos)
-        return pos
 
     def forward(self, new_ids: list[int], n_logits: int = 0) -> torch.Tensor:
         """Feed ``new_ids``; float32 logits of the last ``n_logits`` positions (0 = all): (n, vocab)."""

@@ -26,7 +26,27 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
-class ModelRunner:
+class PrefixReuse:
+    """The one reuse rule of every runner kind (torch's, llama.cpp's): needs ``tokens`` and ``rollback``."""
+
+    def reusable_prefix(self, context_ids: list[int]) -> int:
+        """How many consumed tokens are still valid for ``context_ids``. Changes nothing. O(context): once per
+        request (a reused runner), not per step.
+
+        Never the whole context: the last context token must be fed again, its logits predict what comes next.
+        """
+        return common_prefix(self.tokens, context_ids[:-1])
+
+    def resume(self, context_ids: list[int]) -> int:
+        """The one reuse rule of every decoder and draft: keep what this runner still holds of ``context_ids``
+        (a runner from an earlier generation may hold a shorter, longer or different context), drop the rest,
+        and return how many tokens it holds: the decode feeds ``context_ids`` from there. Once per request."""
+        pos = self.reusable_prefix(context_ids)
+        self.rollback(pos)
+        return pos
+
+
+class ModelRunner(PrefixReuse):
     def __init__(self, model, vocab_size: int):
         self.model = model
         self.vocab_size = vocab_size  # logits are cut to the tokenizer's vocabulary (padding rows dropped)
@@ -62,22 +82,6 @@ class ModelRunner:
         if n_tokens < len(self.tokens):
             self.cache.crop(n_tokens - len(self.tokens))  # transformers 5: a negative count removes tokens
             del self.tokens[n_tokens:]
-
-    def reusable_prefix(self, context_ids: list[int]) -> int:
-        """How many consumed tokens are still valid for ``context_ids``. Changes nothing. O(context): once per
-        request (a reused runner), not per step.
-
-        Never the whole context: the last context token must be fed again, its logits predict what comes next.
-        """
-        return common_prefix(self.tokens, context_ids[:-1])
-
-    def resume(self, context_ids: list[int]) -> int:
-        """The one reuse rule of every decoder and draft: keep what this runner still holds of ``context_ids``
-        (a runner from an earlier generation may hold a shorter, longer or different context), drop the rest,
-        and return how many tokens it holds: the decode feeds ``context_ids`` from there. Once per request."""
-        pos = self.reusable_prefix(context_ids)
-        self.rollback(pos)
-        return pos
 
     @torch.inference_mode()
     def forward(self, new_ids: list[int], n_logits: int = 0) -> torch.Tensor:

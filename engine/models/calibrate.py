@@ -6,7 +6,6 @@ import statistics
 import time
 import weakref
 
-from engine.config import MANTISSA_BITS
 from engine.decode.identity import IdentityCheck, measure_identity
 from engine.decode.runner import ModelRunner, synchronize
 from engine.speed.costmodel import StepCosts, fit_line
@@ -101,5 +100,5 @@ def _measure(target) -> IdentityCheck:
     from engine.models.prompt import template_ids
 
     ids = template_ids(target.tokenizer, [{"role": "user", "content": IDENTITY_PROMPT}])
-    return measure_identity(runner_for(target), ids, MANTISSA_BITS.get(target.precision, 7),
+    return measure_identity(runner_for(target), ids, target.precision,
                             where=f"{target.device}, {target.precision}, {runner_name(target)}")

@@ -18,7 +18,7 @@ from engine.errors import InvalidSettingError
 AUTO = "auto"
 # int4: 4-bit weights in affine groups of 32 with bf16 activations (engine/models/int4_weight.py); from a GGUF it
 # keeps the file's own Q4_K/Q4_1 grid. CPU only.
-# gguf: the GGUF file's own quantisation, run by llama.cpp (engine/models/gguf.py): CPU only, needs llama-cpp-python.
+# gguf: the GGUF file's own quantisation, run by llama.cpp (engine/backends/llama_cpp.py): CPU only, needs llama-cpp-python.
 PRECISIONS = (AUTO, "bf16", "fp16", "fp32", "int8", "nf4", "int8-dynamic", "int8-weight", "int4", "gguf")
 # Explicit mantissa bits of the numbers the logits are computed in, per precision. bnb int8/nf4 compute in bf16;
 # int8-dynamic quantises the activations to 8 bits, at least as coarse as bf16; int8-weight computes in bf16.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-from engine.speed.costmodel import StepCosts
+from engine.costs.costmodel import StepCosts
 
 TOKEN_KINDS = ("accepted", "corrected", "bonus", "target", "cached")
 
@@ -75,7 +75,7 @@ class StatsEvent:
     proposed_by_pos: tuple[int, ...] = ()  # proposed[i]: drafts that had a token at position i
     cut_steps: int = 0  # steps whose free (lookup) draft the k policy cut or skipped: it would not have paid
     cut_note: str = ""  # the latest such cut, in words ("lookup span cut 9 → 2: verify costs 46 ms per token here")
-    # the cost model fitted so far (engine.speed.costmodel.StepCosts): a target forward over n tokens takes
+    # the cost model fitted so far (engine.costs.costmodel.StepCosts): a target forward over n tokens takes
     # verify_fixed_s + verify_per_token_s * n seconds, a drafted token draft_per_token_s; None before a fit.
     # verify_table: the measured curve t(n) as (n, seconds) pairs, which prices a step where it is known
     verify_fixed_s: float | None = None

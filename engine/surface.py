@@ -21,7 +21,7 @@ from engine.events import Event
 from engine.lab.grid import DOCTOR_KINDS, ExperimentGrid
 from engine.lab.results import DoctorReport, LabUpdate
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
-from engine.speed.costmodel import StepCosts
+from engine.costs.costmodel import StepCosts
 
 if TYPE_CHECKING:  # engine.divergence imports torch; the app reads these by attribute
     from engine.divergence import Divergence, Fp32Proof

@@ -7,7 +7,7 @@ versions and the device; auto choice and memory; runner invariants; the logits o
 divergence within rounding); seeded sampling; the judge; calibration against CUDA-event timings; target-only
 against speculative tok/s for bf16 and nf4; 20 requests and a pair switch without memory growth; launch.py
 --no-browser with one /v1 completion. Without a CUDA GPU it says so, lists what it skipped and exits 0 (CI runs
-it that way: tests/test_device_runtime.py). Exits 1 when a check fails.
+it that way: tests/backends/test_device_runtime.py). Exits 1 when a check fails.
 """
 from __future__ import annotations
 

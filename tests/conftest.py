@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.redis_server import SERVERS, RedisServer, missing_binary
+from tests.helpers.redis_server import SERVERS, RedisServer, missing_binary
 
 TIERS = ("real", "browser")
 
@@ -52,7 +52,7 @@ def require_llama_binary(name: str) -> Path:
 def llama_cpp() -> None:
     """llama-cpp-python (the ``gguf`` extra) for the llama.cpp runner's tests. Missing: they skip, unless
     SPECLENS_REQUIRE_GGUF=1 (CI), where they fail."""
-    from engine.models.gguf import llama_cpp_available
+    from engine.backends.llama_cpp import llama_cpp_available
     if not llama_cpp_available():
         missing_binary("llama-cpp-python", "pip install '.[gguf]', recipe in the README", "SPECLENS_REQUIRE_GGUF")
 

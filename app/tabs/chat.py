@@ -22,7 +22,7 @@ from app.views.stats import SERIES_COLORS, acceptance_frame, render_stats, speed
 from engine.errors import EngineError
 
 PLOT_EVERY_S = 1.0  # plots redraw at most this often while streaming; the numbers update every step
-# the speedup plot's "theory" line is engine.speed.costmodel.StepCosts.speedup at each k (not a closed formula)
+# the speedup plot's "theory" line is engine.costs.costmodel.StepCosts.speedup at each k (not a closed formula)
 THEORY_CAPTION = ("theory: (1-α^(k+1))/(1-α) tokens per step over the step's k·t_draft + t_verify(k+1), "
                   "times t_verify(1): this answer's α and draft time, and the measured verify curve t_verify(n) "
                   "(a fitted line until two lengths are measured)")

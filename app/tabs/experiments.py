@@ -13,8 +13,8 @@ from app.tabs.engine_queue import ENGINE
 from app.views.render import error_html, error_message, info_html
 from engine.config import PRECISIONS
 from engine.errors import EngineError, InvalidSettingError
-from engine.lab.report.files import load_result, save_result
-from engine.lab.report.views import acceptance_chart, doctor_html, progress_html, speedup_chart, table_frame
+from app.views.report.files import load_result, save_result
+from app.views.report.views import acceptance_chart, doctor_html, progress_html, speedup_chart, table_frame
 from engine.lab.grid import (LAB_PROPOSERS, OWN, PROMPT_SETS, ExperimentGrid, own_prompts, parse_ks, parse_names,
                              parse_temperatures)
 

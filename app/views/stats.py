@@ -13,7 +13,7 @@ SERIES_COLORS = {"theory": "#6366f1", "measured": "#16a34a", "break-even": "#ef4
 
 def theoretical_speedup(stats: StatsEvent, k: int) -> float | None:
     """The cost model's expected speedup over target-only at draft length k, for the measured acceptance and
-    the fitted step costs (the same model the adaptive k maximises: engine.speed.costmodel)."""
+    the fitted step costs (the same model the adaptive k maximises: engine.costs.costmodel)."""
     costs = stats.costs
     return None if costs is None else costs.speedup(stats.alpha, k)
 

@@ -20,7 +20,7 @@ import threading
 from tqdm.auto import tqdm
 
 from app.baseline import BaselineStore, grid_estimate
-from engine.lab.report.files import load_result, save_result
+from app.views.report.files import load_result, save_result
 from engine.chat_engine import ChatEngine
 from engine.errors import EngineError
 from engine.lab.grid import ADAPTIVE, ExperimentGrid, parse_ks, parse_names, parse_temperatures

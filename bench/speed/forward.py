@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.models.calibrate import forward_costs
-from engine.speed.costmodel import fit_line
+from engine.costs.costmodel import fit_line
 from engine.models.devices import half_precision
 from engine.models.hardware import detect_machine
 from engine.models.loading import default_device, load_model, quiet_library_logs, runner_for

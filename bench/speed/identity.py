@@ -73,7 +73,7 @@ def measure_settings(model: str, precision: str, widths: tuple[int, ...], positi
         if setting is None:
             runner, label = runner_for(loaded), precision
         else:
-            from engine.models.gguf import GgufModel, GgufSettings
+            from engine.backends.llama_cpp import GgufModel, GgufSettings
             flash, repack = setting
             gguf = GgufModel(gguf_file(model), GgufSettings(flash_attn=flash, repack=repack))
             runner = gguf.runner(loaded.vocab_size)

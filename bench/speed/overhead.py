@@ -62,7 +62,7 @@ def forward_clock(*models):
     the batch filling and the logits copy count as outside."""
     total, started, handles, libs = [0.0], {}, [], {}
     for model in models:
-        if hasattr(model, "lib"):  # engine/models/gguf.py's GgufModel: time llama.cpp's decode calls
+        if hasattr(model, "lib"):  # engine/backends/llama_cpp.py's GgufModel: time llama.cpp's decode calls
             libs.setdefault(id(model.lib), model.lib)
             continue
         handles.append(model.register_forward_pre_hook(lambda m, args: started.__setitem__(id(m), time.perf_counter())))

@@ -10,8 +10,8 @@ import time
 import torch
 
 from engine.decode.draft import Draft
-from engine.decode.runner import synchronize
-from engine.speed.kpolicy import StepRecord
+from engine.backends.torch_runner import synchronize
+from engine.costs.kpolicy import StepRecord
 
 
 class StepClock:

@@ -2,7 +2,7 @@
 
 Siblings, not subclasses: draft model, n-gram lookup, cached answer, hybrid. Each is a small class with
 ``reset`` and ``propose``; the loop in engine/decode/speculative.py only sees this protocol. How many draft
-tokens to ask for is the k policy's business (engine/speed/kpolicy.py, fed by the loop), not the proposer's.
+tokens to ask for is the k policy's business (engine/costs/kpolicy.py, fed by the loop), not the proposer's.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from engine.config import SamplingConfig
 from engine.events import Event
 from engine.decode.clock import StepClock
 from engine.decode.draft import EMPTY_DRAFT
-from engine.decode.runner import ModelRunner
+from engine.backends.torch_runner import ModelRunner
 from engine.decode.sampling import logits_to_probs, make_generator, sample, top_tokens
 from engine.decode.stream import StatsTracker, TokenStream
 

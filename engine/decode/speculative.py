@@ -12,9 +12,9 @@ import torch
 
 from engine.config import SamplingConfig
 from engine.events import Event, TokenEvent
-from engine.speed.kpolicy import FixedK, KChoice, KPolicy, StepRecord
+from engine.costs.kpolicy import FixedK, KChoice, KPolicy, StepRecord
 from engine.decode.clock import StepClock
-from engine.decode.runner import ModelRunner
+from engine.backends.torch_runner import ModelRunner
 from engine.decode.draft import Draft, Proposer
 from engine.decode.sampling import logits_to_probs, make_generator, top_tokens
 from engine.decode.stream import StatsTracker, TokenStream

@@ -6,8 +6,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from engine.speed.costmodel import StepCosts
-from engine.speed.kpolicy import StepRecord
+from engine.costs.costmodel import StepCosts
+from engine.costs.kpolicy import StepRecord
 from engine.decode.detok import IncrementalDetokenizer, TokenSpeller
 from engine.events import Candidates, DoneEvent, StatsEvent, TokenEvent
 

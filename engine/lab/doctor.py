@@ -17,7 +17,7 @@ from engine.lab.experiment import run_speculative
 from engine.models.calibrate import forward_costs
 from engine.models.loading import LoadedModel, runner_for
 from engine.models.prompt import encode_chat
-from engine.speed.costmodel import StepCosts, break_even_alpha, fit_line
+from engine.costs.costmodel import StepCosts, break_even_alpha, fit_line
 
 VERIFY_TOKENS = (1, 2, 4, 8, 16)
 DOCTOR_KS = tuple(range(1, 9))

@@ -26,7 +26,7 @@ from engine.models.calibrate import calibrate
 from engine.models.hardware import detect_machine
 from engine.models.loading import LoadedModel, check_pair, default_device, load_model, plan_precisions, runner_for
 from engine.models.prompt import encode_chat
-from engine.speed.costmodel import StepCosts
+from engine.costs.costmodel import StepCosts
 from engine.start.decode import start_reference, start_speculative
 
 

@@ -18,7 +18,7 @@ import torch
 from scipy.stats import chisquare
 
 from engine.config import SamplingConfig
-from engine.decode.runner import ModelRunner
+from engine.backends.torch_runner import ModelRunner
 from engine.decode.sampling import logits_to_probs
 
 BINS = 5

@@ -1,7 +1,7 @@
 """What an experiment yields: progress updates, one row per cell, and the pair doctor's report. Pure Python.
 
 A row is a plain dict (it goes to JSON, CSV and the table as is). ``cell_row`` turns the per-prompt runs of one
-cell and their target-only baselines into it; the prediction is the cost model's (engine.speed.costmodel) for
+cell and their target-only baselines into it; the prediction is the cost model's (engine.costs.costmodel) for
 the cell's measured per-token acceptance alpha.
 """
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 from engine.lab.grid import ADAPTIVE, Cell, ExperimentGrid, bench_command
-from engine.speed.costmodel import StepCosts
+from engine.costs.costmodel import StepCosts
 
 RESULT_VERSION = 1
 # the table's columns, in order (the rows carry more: token ids, accept counts, costs)

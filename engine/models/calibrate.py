@@ -7,12 +7,12 @@ import time
 import weakref
 
 from engine.decode.identity import IdentityCheck, measure_identity
-from engine.decode.runner import ModelRunner, synchronize
-from engine.speed.costmodel import StepCosts, fit_line
+from engine.backends.torch_runner import ModelRunner, synchronize
+from engine.costs.costmodel import StepCosts, fit_line
 
 CALIBRATION_CONTEXT = 16  # tokens in the KV cache before the timed forwards (a short prefill: cheap at load)
 PREFILL_CHUNK = 512
-CALIBRATION_TOKENS = (1, 2, 4, 8, 16)  # the precision's own t(n): flat, then steep (engine/speed/costmodel.py)
+CALIBRATION_TOKENS = (1, 2, 4, 8, 16)  # the precision's own t(n): flat, then steep (engine/costs/costmodel.py)
 
 
 def _plain_ids(n: int) -> list[int]:

@@ -3,7 +3,7 @@
 At about 30 ms per forward of a 4-bit 1.5B model on a CPU, each of the 196 small matmul calls of a token costs
 its dispatch on top of its bytes; fusing the projections that read the same input makes 4 calls a layer of 7.
 Fusing concatenates weight rows, and every output row of these kernels is computed from its own weight row
-alone, so the results are bit-for-bit those of the separate layers (tests/test_fuse.py).
+alone, so the results are bit-for-bit those of the separate layers (tests/models/test_fuse.py).
 
 Layers are fused before they are built (the packed int4 layout cannot be concatenated afterwards): a *part*
 is the recipe of one projection, ``("int4", (q, scale, offset), bias)`` or ``("int8", nn.Linear)``, and parts of

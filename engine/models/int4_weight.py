@@ -10,7 +10,7 @@ file keeps at higher precision (Q6_K, Q8_0, Q5_0, ...) and models without a GGUF
 (engine/models/loading.py): int8-weight rows, or group-wise 4-bit from the bf16 weights (:func:`affine_groups`).
 
 Each output row depends on its own input row only (no activation scale shared across tokens), so a token's
-logits do not depend on the other tokens of a verify forward (checked in tests/test_int4.py).
+logits do not depend on the other tokens of a verify forward (checked in tests/models/test_int4.py).
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from engine.models import devices, hardware
 from engine.models.int4_weight import quantize_int4
 from engine.models.int8_weight import quantize_int8_weight
 from engine.errors import IncompatiblePairError, MissingDependencyError, UnknownModelError
-from engine.models.gguf import GGUF, GgufModel
+from engine.backends.llama_cpp import GGUF, GgufModel
 from engine.models.sources import (ALLOW_DOWNLOADS_ENV, GGUF_MAGIC, check_gguf_file, check_source,  # noqa: F401
                                    gguf_file, gguf_runnable, hub_source, resolve_source, source_kind)
 
@@ -38,9 +38,9 @@ class LoadedModel:
 def runner_for(loaded: LoadedModel):
     """A fresh runner (an empty KV cache) on ``loaded``'s model: the one way a decode, a proposer, a calibration,
     the judge or a bench gets one. Fresh per generation: the same prompt and seed always give the same answer."""
-    if isinstance(loaded.model, GgufModel):  # a context from the model's pool (engine/models/gguf.py)
+    if isinstance(loaded.model, GgufModel):  # a context from the model's pool (engine/backends/llama_cpp.py)
         return loaded.model.runner(loaded.vocab_size)
-    from engine.decode.runner import ModelRunner  # transformers, only once a model is loaded
+    from engine.backends.torch_runner import ModelRunner  # transformers, only once a model is loaded
 
     return ModelRunner(loaded.model, loaded.vocab_size)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from engine.errors import InvalidSettingError, ModelFormatError, UnknownModelError
 from engine.models.catalog import BUILTIN_MODELS, builtin_dir, model_gguf, user_gguf_dir
-from engine.models.gguf import llama_cpp_available
+from engine.backends.llama_cpp import llama_cpp_available
 
 GGUF_MAGIC = b"GGUF"
 ALLOW_DOWNLOADS_ENV = "SPECLENS_ALLOW_DOWNLOADS"  # "1": hub ids not in the local cache are downloaded

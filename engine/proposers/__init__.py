@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from engine.config import PROPOSER_NAMES
 from engine.decode.draft import EMPTY_DRAFT, Draft, Proposer
-from engine.decode.runner import ModelRunner
+from engine.backends.torch_runner import ModelRunner
 from engine.proposers.draft_model import DraftModelProposer
 from engine.proposers.hybrid import HybridProposer
 from engine.proposers.ngram import NgramProposer

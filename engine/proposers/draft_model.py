@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from engine.config import SamplingConfig
-from engine.decode.runner import ModelRunner, common_prefix
+from engine.backends.torch_runner import ModelRunner, common_prefix
 from engine.decode.draft import EMPTY_DRAFT, Draft
 from engine.decode.sampling import logits_to_probs, sample
 

@@ -23,7 +23,7 @@ from engine.models.hardware import describe_choice, detect_machine
 from engine.models.loading import (LoadedModel, check_pair, check_pair_sources, load_model, plan_precisions,
                                    runner_for, runner_name)
 from engine.serve.model_lock import ModelLock
-from engine.speed.costmodel import StepCosts
+from engine.costs.costmodel import StepCosts
 from engine.surface import PairInfo
 
 ROLES = ("target", "draft")

@@ -18,8 +18,8 @@ from engine.events import Event
 from engine.models.loading import LoadedModel, runner_for
 from engine.proposers import PROPOSERS, Proposer
 from engine.proposers.cached_answer import CachedAnswerProposer
-from engine.speed.costmodel import StepCosts
-from engine.speed.kpolicy import policy_for
+from engine.costs.costmodel import StepCosts
+from engine.costs.kpolicy import policy_for
 
 
 def answer_room(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig) -> int:

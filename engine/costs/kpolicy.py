@@ -1,0 +1,191 @@
+"""How many tokens to draft next step: fixed, or chosen from measured acceptance and the cost model.
+
+The adaptive policy asks the cost model (engine.costs.costmodel) for the k (0..k_max) with the most expected
+tokens per second, E(alpha, k) / (k * t_draft + t_verify(k + 1)), for the measured per-token acceptance
+alpha. k = 0 is a plain target step: when speculation is measurably losing, the policy falls back to it and
+probes with a short draft every ``probe_every`` steps. Both policies keep the fitted costs for the stats.
+
+Free drafts (one-hot: a prompt lookup, a cached answer) cost nothing to make but each token still widens the
+verify forward, which on compute-bound hardware costs ``verify_per_token_s`` apiece. Both policies price them
+(``FreeDrafts``) with the same model at zero draft cost and their own measured acceptance: a span is cut to the
+length whose expected tokens pay for its width, and where none pays the step is target-only, with a one-token
+probe now and then. Probes back off (8, 16, 32, 64 steps) while they keep finding a loss: no proposer runs at a
+loss for long. A fixed k with a draft model is the one exception, on purpose: an experiment shows what it costs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from engine.config import SpecConfig
+from engine.costs.costmodel import CostFit, StepCosts
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What one draft-verify step did and took: what the k policy and the stats learn from, made once per step
+    by the loop (engine/decode/speculative.py). A draft is a model's (``free`` False: each token cost a draft
+    forward) or one-hot (``free``: a prompt lookup, a cached answer); a plain target step drafted nothing."""
+    n_drafted: int  # draft tokens the target verified
+    n_accepted: int  # of them, accepted
+    n_fed: int  # tokens the target's forward took: the ones it had not seen, then the draft
+    draft_s: float  # seconds to propose
+    verify_s: float  # seconds of the target's forward and the accept rule
+    free: bool = False  # a one-hot draft: it cost nothing to make
+
+    @property
+    def n_model_drafted(self) -> int:
+        """Draft tokens a draft model made (0 for a free draft)."""
+        return 0 if self.free else self.n_drafted
+
+    @property
+    def rejected(self) -> bool:
+        """The target rejected one of the draft's tokens (the step ended on a corrected token)."""
+        return self.n_accepted < self.n_drafted
+
+
+class Backoff:
+    """When to probe a losing proposer again: every ``base`` steps, doubling up to ``most`` while probes keep
+    finding a loss; ``paid`` starts over."""
+
+    def __init__(self, base: int = 8, most: int = 64):
+        self.base, self.most = base, most
+        self.every, self.waited = base, 0
+
+    def due(self) -> bool:
+        """Count one losing step; True when it is the probe's turn (and the next probe waits longer)."""
+        self.waited += 1
+        if self.waited < self.every:
+            return False
+        self.waited, self.every = 0, min(self.every * 2, self.most)
+        return True
+
+    def paid(self) -> None:
+        self.every, self.waited = self.base, 0
+
+
+class FreeDrafts:
+    """Prices one-hot drafts on the measured curve, from their own decayed acceptance (a weak prior of 0.8)."""
+    MOST = 32  # the longest free draft considered
+
+    def __init__(self, probe_every: int = 8, decay: float = 0.8):
+        # a prior of 0.8 worth one token: a prompt with nothing to copy stops paying for lookups after one or two
+        # failed spans (a prior worth five tokens kept verifying wrong spans for four steps: 0.88x on such prompts)
+        self.accepted, self.rejected, self.decay = 0.8, 0.2, decay
+        self.probes = Backoff(probe_every)
+
+    @property
+    def alpha(self) -> float:
+        return self.accepted / (self.accepted + self.rejected)
+
+    def limit(self, costs: StepCosts | None) -> int | None:
+        """The free-draft length with the most expected tokens per second, 0 where none beats a target-only step
+        (then 1 now and then, so their acceptance stays measured); None until costs are known."""
+        if costs is None:
+            return None
+        best = replace(costs, draft_per_token_s=0.0).best_k(self.alpha, list(range(self.MOST + 1)))
+        if best:
+            self.probes.paid()
+            return best
+        return 1 if self.probes.due() else 0
+
+    def update(self, step: StepRecord) -> None:
+        if step.free and step.n_drafted:
+            self.accepted = self.decay * self.accepted + step.n_accepted
+            self.rejected = self.decay * self.rejected + step.rejected
+
+
+@dataclass(frozen=True)
+class KChoice:
+    """A policy's decision for one step."""
+    k: int  # draft tokens to ask for; 0 = a plain target step (free drafts may still come)
+    fallback: bool = False  # speculation measured as losing: a plain target step, or a probe between them
+
+
+class KPolicy(Protocol):
+    def choose(self) -> KChoice: ...
+
+    def free_limit(self) -> int | None: ...  # asked once per non-empty free draft
+
+    def update(self, step: StepRecord) -> None: ...
+
+    @property
+    def costs(self) -> StepCosts | None: ...
+
+
+class FixedK:
+    def __init__(self, k: int, prior: StepCosts | None = None):
+        self.k = k
+        self.fit = CostFit(prior)
+        self.free = FreeDrafts()
+
+    def choose(self) -> KChoice:
+        return KChoice(self.k)
+
+    def free_limit(self) -> int | None:
+        """Free drafts are priced as under the adaptive policy: ``k`` bounds them, the cost model cuts them."""
+        return self.free.limit(self.costs)
+
+    def update(self, step: StepRecord) -> None:
+        """A fixed k records the costs (for the stats, and to price free drafts)."""
+        self.fit.observe(step.n_fed, step.verify_s, step.n_model_drafted, step.draft_s)
+        self.free.update(step)
+
+    @property
+    def costs(self) -> StepCosts | None:
+        return self.fit.costs()
+
+
+class AdaptiveK:
+    def __init__(self, k_init: int = 4, k_min: int = 1, k_max: int = 16, probe_every: int = 8,
+                 decay: float = 0.8, prior: StepCosts | None = None):
+        self.k, self.k_min, self.k_max, self.probe_every, self.decay = k_init, k_min, k_max, probe_every, decay
+        self.accepted = 2.0  # decayed counts of accepted / rejected draft tokens (a weak prior: a = 2/3)
+        self.rejected = 1.0
+        self.fit = CostFit(prior)
+        self.probes = Backoff(probe_every)  # when a losing draft model is tried again
+        self.free = FreeDrafts(probe_every, decay)
+
+    @property
+    def alpha(self) -> float:
+        return self.accepted / (self.accepted + self.rejected)
+
+    @property
+    def costs(self) -> StepCosts | None:
+        return self.fit.costs()
+
+    def choose(self) -> KChoice:
+        """The next step's k. Called once per step: each fallback step counts toward the next probe."""
+        costs = self.costs
+        if costs is None:
+            return KChoice(self.k)
+        best = costs.best_k(self.alpha, [0, *range(self.k_min, self.k_max + 1)])
+        if best == 0 and self.probes.due():  # probe: measure acceptance again
+            return KChoice(self.k_min, fallback=True)
+        if best:
+            self.probes.paid()
+        self.k = best
+        return KChoice(best, fallback=best == 0)
+
+    def free_limit(self) -> int | None:
+        """How long a free draft may be (``FreeDrafts.limit``): 0 where none pays."""
+        return self.free.limit(self.costs)
+
+    def update(self, step: StepRecord) -> None:
+        """Feedback from one step: its timings feed the cost model, its acceptance the alpha of its kind of
+        draft (a model's or a free one; a plain target step drafted nothing and teaches no alpha)."""
+        self.fit.observe(step.n_fed, step.verify_s, step.n_model_drafted, step.draft_s)
+        self.free.update(step)
+        if step.n_drafted and not step.free:
+            self.accepted = self.decay * self.accepted + step.n_accepted
+            self.rejected = self.decay * self.rejected + step.rejected
+
+
+def policy_for(spec: SpecConfig, prior: StepCosts | None = None) -> KPolicy:
+    """The policy for ``spec``; ``prior`` (the pair's calibration) starts its cost model."""
+    if spec.adaptive and spec.proposer == "lookup":  # no draft model to size: k_max bounds the lookups, which
+        return FixedK(spec.k_max, prior=prior)          # FreeDrafts prices
+    if spec.adaptive:
+        return AdaptiveK(k_init=min(max(spec.k, spec.k_min), spec.k_max), k_min=spec.k_min, k_max=spec.k_max,
+                         prior=prior)
+    return FixedK(spec.k, prior=prior)

@@ -1,0 +1,31 @@
+"""app/context.py: what the handlers share: one cancel flag per session, and the pair (or None) from the engine."""
+import threading
+
+import pytest
+
+from app.context import AppContext
+from engine.errors import NoPairError
+from tests.helpers.fakes import FakeEngine
+
+
+def test_cancel_flags_are_per_session():
+    ctx = AppContext(FakeEngine([]))
+    with ctx.cancels.running("a") as a, ctx.cancels.running("b") as b:
+        assert ctx.cancels.cancel("a") and a.is_set() and not b.is_set()
+        assert isinstance(a, threading.Event) and not ctx.cancels.cancel("nobody")
+    assert b.is_set()  # leaving the block stops its generation
+    assert not ctx.cancels.cancel("b")  # a finished generation has no flag left
+
+
+def test_context_hides_only_the_no_pair_error():
+    class Broken:
+        def info(self):
+            raise KeyError("bug")
+
+    class Empty:
+        def info(self):
+            raise NoPairError("none")
+
+    assert AppContext(Empty()).pair() is None and AppContext(Empty()).baseline() is None
+    with pytest.raises(KeyError):
+        AppContext(Broken()).pair()

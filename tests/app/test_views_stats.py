@@ -1,0 +1,71 @@
+"""app/views/stats.py: the numbers panel, the break-even meter and the data behind the two plots."""
+import pytest
+
+from app.views.stats import acceptance_frame, format_stats, render_stats, speedup, speedup_frame, theoretical_speedup
+from engine.events import CacheEvent, StatsEvent
+from engine.costs.costmodel import StepCosts
+from tests.helpers.fakes import stats
+
+
+def test_format_stats():
+    values = format_stats(stats())
+    assert values["tokens/s"] == "6.0"
+    assert values["acceptance"] == "50%"
+    assert values["mean accepted"] == "2.00"
+    assert values["k"] == "4" and values["steps"] == "4" and values["tokens"] == "12"
+    assert format_stats(None)["tokens/s"] == "–"
+
+
+def test_render_stats_shows_cache_outcome_and_meter():
+    baseline = {"tokens_per_s": 3.0, "how": "best of 2 runs"}
+    html = render_stats(stats(), CacheEvent("verified", matched_prompt="hi", similarity=0.9), baseline)
+    assert 'data-outcome="verified"' in html
+    assert "2.00× target-only" in html and "best of 2 runs" in html
+    assert speedup(stats(), baseline) == pytest.approx(2.0)
+
+
+COSTS = dict(verify_fixed_s=0.2, verify_per_token_s=0.05, draft_per_token_s=0.02)
+
+
+def test_theory_uses_the_engine_cost_model():
+    s = stats(rejected_steps=4, **COSTS)  # 8 accepted, 4 rejections: alpha = 2/3
+    assert s.alpha == pytest.approx(2 / 3)
+    assert theoretical_speedup(s, 4) == pytest.approx(StepCosts(**COSTS).speedup(2 / 3, 4))
+    assert theoretical_speedup(s, 0) == pytest.approx(1.0)
+    assert theoretical_speedup(stats(), 4) is None  # no fitted costs yet
+    values = format_stats(s)
+    assert values["verify ms"] == "200 + 50·n" and values["draft ms/token"] == "20"
+    assert "cost model at this k:" in render_stats(s, None, {"tokens_per_s": 3.0, "how": "x"})
+
+
+def test_plot_frames():
+    s = stats(rejected_steps=4, **COSTS)
+    acc = acceptance_frame(s)
+    assert list(acc["position"]) == ["01", "02", "03", "04"]
+    assert sorted(acceptance_frame(StatsEvent(1, 1, 12, 12, 1.0, 12, accepted_by_pos=(1,) * 12,
+                                              proposed_by_pos=(1,) * 12))["position"])[-3:] == ["10", "11", "12"]
+    assert list(acc["acceptance"]) == [1.0, 0.5, 0.25, 0.25]
+    frame = speedup_frame(s, {"tokens_per_s": 3.0})
+    assert set(frame["series"]) == {"theory", "measured", "break-even"}
+    theory = frame[frame["series"] == "theory"]
+    assert theory["k"].min() == 0 and theory["speedup"].iloc[0] == pytest.approx(1.0)
+    empty_speed, empty_acc = speedup_frame(None, None), acceptance_frame(None)
+    assert empty_speed.empty and empty_acc.empty
+    # typed even when empty, so the plots keep numeric axes after "Clear chat"
+    assert str(empty_speed["speedup"].dtype) == "float64" and str(empty_acc["acceptance"].dtype) == "float64"
+
+
+def test_meter_says_served_from_cache_instead_of_a_speed_ratio():
+    stats = StatsEvent(0, 40, 0, 0, 0.001, 0)
+    html = render_stats(stats, CacheEvent("exact", "q", 1.0), {"tokens_per_s": 7.0, "how": "x"})
+    assert "served from the cache" in html and "target-only</span>" not in html
+
+
+def test_the_stats_panel_says_when_and_why_a_proposer_was_held_back():
+    from dataclasses import replace
+    held = replace(stats(), steps=40, cut_steps=12, cut_note="lookup span cut 9 → 2: verify costs 46 ms per token here",
+                   fallback=True)
+    html = render_stats(held, None, None)
+    assert "12 of 40 steps cut their free draft; latest: lookup span cut 9 → 2: verify costs 46 ms per token here" in html
+    assert "draft model is paused" in html
+    assert 'data-stat="policy"' not in render_stats(stats(), None, None)  # nothing held back: nothing said

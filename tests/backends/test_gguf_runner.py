@@ -1,0 +1,194 @@
+"""The llama.cpp runner (precision gguf, engine/backends/llama_cpp.py) under our loop, on real GGUF files: the runner
+contract and its invariants, the same ids as the HF tokenizer, speculation within ties of target-only decoding,
+what auto picks, what is refused, and a follow-up turn that prefills only what is new."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.config import PROPOSER_NAMES, SamplingConfig, SpecConfig
+from engine.backends.llama_cpp_runner import LlamaCppRunner
+from engine.backends.torch_runner import common_prefix
+from engine.decode.stream import TokenStream
+from engine.divergence import first_divergence
+from engine.errors import InvalidSettingError
+from engine.models import loading, sources
+from engine.models.loading import gguf_runnable, load_model, plan_precisions, runner_for
+from engine.models.prompt import template_ids
+from engine.proposers import PROPOSERS
+from engine.costs.kpolicy import AdaptiveK, FixedK
+from engine.decode.speculative import speculative_generate
+from engine.decode.reference import reference_generate
+
+pytestmark = [pytest.mark.real, pytest.mark.usefixtures("llama_cpp")]
+
+SMOL = "smollm2-135m-instruct"
+QWEN = "qwen2.5-coder-1.5b-instruct"
+EVAL = Path(__file__).resolve().parents[3] / "shared" / "eval" / "prompts.jsonl"
+PROMPTS = ["Write a Python function that checks whether a number is prime.",
+           "Explain what a hash map is in two sentences.",
+           "Rename the variable x to total in: x = 0\nfor v in values:\n    x += v\nprint(x)"]
+
+
+@pytest.fixture(scope="module")
+def smol():
+    return load_model(SMOL, "gguf")
+
+
+def _chat(loaded, text: str) -> list[int]:
+    return template_ids(loaded.tokenizer, [{"role": "user", "content": text}])
+
+
+def _stream(loaded, n: int) -> TokenStream:
+    return TokenStream(loaded.tokenizer, loaded.eos_ids, n, False)
+
+
+def test_a_gguf_model_loads_as_a_llama_cpp_runner(smol):
+    runner = runner_for(smol)
+    assert isinstance(runner, LlamaCppRunner) and smol.precision == "gguf" and smol.device.type == "cpu"
+    runner.reset()
+    ids = _chat(smol, PROMPTS[0])
+    last = runner.forward(ids, n_logits=1)
+    assert last.shape == (1, smol.vocab_size) and last.dtype == torch.float32
+    assert runner.cache_len() == len(runner.tokens) == len(ids)
+    rows = runner.forward([int(last.argmax()), 11, 12], n_logits=3)  # logits only for the rows asked for
+    assert rows.shape == (3, smol.vocab_size)
+    runner.rollback(len(ids) + 1)
+    assert runner.cache_len() == len(runner.tokens) == len(ids) + 1
+    again = runner.forward([11], n_logits=1)  # after a rollback the cache continues from the kept prefix
+    assert torch.allclose(again[0], rows[1], atol=1e-3)
+
+
+@pytest.mark.parametrize("name", PROPOSER_NAMES)
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_the_cache_holds_exactly_the_consumed_tokens_after_every_step(smol, name, adaptive):
+    """llama.cpp's own count of cached positions, after every step: the context but its last token for the
+    target, and the context plus at most k - 1 drafted tokens for the draft."""
+    target, made = runner_for(smol), []
+
+    def make_draft():
+        made.append(runner_for(smol))
+        made[-1].reset()
+        return made[-1]
+    target.reset()
+    prompt, emitted, k_max = _chat(smol, PROMPTS[2]), [], 6
+    policy = AdaptiveK(k_init=3, k_max=k_max) if adaptive else FixedK(k_max)
+    sampling = SamplingConfig(max_new_tokens=40, stop_on_eos=False)
+    for event in speculative_generate(target, PROPOSERS[name](make_draft), prompt, _stream(smol, 40), sampling,
+                                      k_policy=policy):
+        emitted += [event.token_id] if event.type == "token" else []
+        if event.type == "stats":
+            context = prompt + emitted
+            assert target.cache_len() == len(target.tokens) == len(context) - 1
+            assert target.tokens == context[:-1]
+            for runner in made:
+                assert runner.cache_len() == len(runner.tokens)
+                assert len(runner.tokens) - common_prefix(runner.tokens, context) <= k_max - 1
+    assert len(emitted) == 40
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("proposer", ["draft", "lookup"])
+def test_greedy_speculation_gives_the_target_only_tokens_up_to_rounding_ties(smol, prompt, proposer):
+    """llama.cpp's rows inside a verify are not always the token fed alone (the load-time check measures where):
+    the answers agree, or they first differ where the target's top two logits are within a rounding tie."""
+    ids, sampling = _chat(smol, prompt), SamplingConfig(max_new_tokens=48)
+    reference = [e.token_id for e in reference_generate(runner_for(smol), ids, _stream(smol, 48), sampling)
+                 if e.type == "token"]
+    made = speculative_generate(runner_for(smol), PROPOSERS[proposer](lambda: runner_for(smol)), ids,
+                                _stream(smol, 48), sampling, k_policy=FixedK(4))
+    spec = [e.token_id for e in made if e.type == "token"]
+    divergence = first_divergence(smol, ids, reference, spec)
+    assert divergence is None or divergence.within_rounding, divergence
+
+
+@pytest.mark.parametrize("name", [SMOL, QWEN])
+def test_llama_cpp_and_the_hf_tokenizer_give_the_same_ids_for_the_same_chat(name):
+    """Both shipped families (Qwen's pair shares one tokenizer): the eval prompts alone and in a 3-turn chat,
+    special tokens included. Our ids come from the HF tokenizer (text stays text: engine/models/prompt.py); the
+    GGUF file's own tokenizer must read the rendered chat the same way."""
+    loaded = load_model(name, "gguf")
+    texts = [json.loads(line)["prompt"] for line in EVAL.read_text().splitlines()] if EVAL.exists() else PROMPTS
+    chats = [[{"role": "user", "content": t}] for t in texts]
+    chats.append([{"role": "system", "content": "Be brief."}, {"role": "user", "content": texts[0]},
+                  {"role": "assistant", "content": "def is_prime(n): ..."}, {"role": "user", "content": texts[1]}])
+    for messages in chats:
+        rendered = loaded.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        assert loaded.model.tokenize(rendered, special=True) == template_ids(loaded.tokenizer, messages)
+
+
+def test_auto_picks_gguf_on_a_cpu_for_gguf_models_and_torch_elsewhere(monkeypatch, tmp_path):
+    cpu = torch.device("cpu")
+    plan = plan_precisions({"target": (SMOL, None), "draft": (SMOL, "auto")}, cpu)
+    assert plan.precisions == {"target": "gguf", "draft": "gguf"} and gguf_runnable(SMOL)
+    monkeypatch.setattr(sources, "llama_cpp_available", lambda: False)  # the binding not installed
+    plan = plan_precisions({"target": (SMOL, None), "draft": (SMOL, None)}, cpu)
+    assert "gguf" not in plan.precisions.values()
+
+
+def test_gguf_is_refused_where_it_cannot_run(monkeypatch):
+    with pytest.raises(InvalidSettingError, match="CPU only"):
+        plan_precisions({"target": (SMOL, "gguf"), "draft": (SMOL, "gguf")}, torch.device("cuda", 0))
+    with pytest.raises(InvalidSettingError, match="needs a GGUF model"):
+        sources.gguf_file(str(Path(loading.resolve_source(SMOL))))  # the converted HF directory: not a GGUF
+
+
+def test_a_follow_up_turn_prefills_only_what_is_new(real_models, monkeypatch):
+    """One runner per model, reused through the pool: turn 2 of a chat feeds the target the new turn only (turn 1
+    fed the whole prompt), as llama-server's cache_prompt does."""
+    engine = real_models.engine(SMOL, "gguf", SMOL, "gguf")
+    fed: list[int] = []
+    forward = LlamaCppRunner.forward
+
+    def counting(self, new_ids, n_logits=0):
+        fed.append(len(new_ids))
+        return forward(self, new_ids, n_logits)
+    monkeypatch.setattr(LlamaCppRunner, "forward", counting)
+    sampling, spec = SamplingConfig(max_new_tokens=24), SpecConfig(proposer="lookup", k=4)
+    turn1 = [{"role": "user", "content": PROMPTS[0]}]
+    done = [e for e in engine.generate(turn1, sampling, spec) if e.type == "done"][-1]
+    first_prefill = fed[0]
+    fed.clear()
+    turn2 = turn1 + [{"role": "assistant", "content": done.text}, {"role": "user", "content": "Now in C."}]
+    list(engine.generate(turn2, sampling, spec))
+    assert first_prefill >= len(engine.encode(turn1)) - 1
+    assert fed[0] < len(engine.encode(turn2)) - len(engine.encode(turn1)) + 8  # the new turn, not the history
+
+
+def test_a_gguf_target_with_a_torch_draft_works(real_models):
+    """A mixed pair shares one tokenizer: it loads, speculates, and the identity check is the gguf target's."""
+    engine = real_models.engine(SMOL, "gguf", SMOL, "int8-dynamic")
+    info = engine.info()
+    assert (info.target_precision, info.draft_precision) == ("gguf", "int8-dynamic") and "llama.cpp" in info.runner
+    events = list(engine.generate([{"role": "user", "content": PROMPTS[0]}], SamplingConfig(max_new_tokens=16),
+                                  SpecConfig(proposer="draft", k=3)))
+    done = events[-1]
+    assert done.type == "done" and len(done.token_ids) == 16 and done.stats.proposed > 0
+    assert info.identity.startswith(("verified bit-identical", "identical up to rounding ties"))
+
+
+def test_the_identity_bench_measures_each_llama_cpp_setting(tmp_path, capsys):
+    from bench.speed.identity import main
+    out = tmp_path / "identity.json"
+    main(["--model", SMOL, "--precision", "gguf", "--widths", "2-4", "--positions", "8,40", "--json", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["setting"] for r in rows] == ["gguf flash on, repack off", "gguf flash on, repack on",
+                                            "gguf flash off, repack off", "gguf flash off, repack on"]
+    for r in rows:
+        assert r["rows"] == 2 * (3 + 4 + 5) and 0 <= r["rows_equal"] <= r["rows"] and r["single_token_ms"] > 0
+        assert r["identical"] == (r["rows_equal"] == r["rows"]) and (r["identical"] or r["unequal_widths"])
+    printed = capsys.readouterr().out
+    assert "gguf flash off, repack on" in printed and "rows equal" in printed
+
+
+def test_llama_cpps_measured_drift_stays_within_its_tie_bound(smol):
+    """Where llama.cpp's verify rows are not the tokens fed alone, the drift the load-time check measures must stay
+    within the tie rule that explains divergences (engine.divergence.tie_steps): else a tie would be called a bug,
+    or a bug a tie."""
+    from engine.divergence import tie_steps
+    from engine.models.calibrate import check_identity
+    check = check_identity(smol)
+    assert check.rows > 0 and check.max_drift_steps <= tie_steps("gguf"), check.describe()

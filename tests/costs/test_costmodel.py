@@ -1,0 +1,236 @@
+"""The cost model, the adaptive k on synthetic timings, and the machine classification behind ``auto``."""
+import pytest
+
+from engine.costs.costmodel import CostFit, StepCosts, expected_tokens, fit_line
+from engine.models.hardware import AUTO_PRECISION, MACHINE_KINDS, auto_precision, classify, describe_choice
+from engine.costs.kpolicy import AdaptiveK, FixedK, KChoice, StepRecord
+
+ZEN4 = frozenset({"avx2", "avx512f", "avx512_bf16", "avx512_vnni"})
+SAPPHIRE_RAPIDS = ZEN4 | {"amx_bf16", "amx_tile", "amx_int8"}
+HASWELL = frozenset({"avx2", "fma"})
+
+
+def model_step(n_accepted: int, n_drafted: int, draft_s: float, verify_s: float, n_fed: int) -> StepRecord:
+    """A step whose draft a draft model made."""
+    return StepRecord(n_drafted=n_drafted, n_accepted=n_accepted, n_fed=n_fed, draft_s=draft_s, verify_s=verify_s)
+
+
+def run_policy(policy, accept, draft_s_per_token: float, verify, steps: int = 40) -> list[int]:
+    """Feed synthetic steps: ``accept(k)`` draft tokens kept, ``verify(n_fed)`` seconds per target forward.
+    Returns the k chosen at each step."""
+    policy.update(model_step(0, 4, draft_s=9.0, verify_s=9.0, n_fed=40))  # the first step includes the prefill: ignored
+    ks = []
+    for _ in range(steps):
+        k = policy.choose().k
+        ks.append(k)
+        policy.update(model_step(accept(k), k, draft_s=draft_s_per_token * k, verify_s=verify(k + 1), n_fed=k + 1))
+    return ks
+
+
+def test_flat_verify_cost_and_perfect_drafts_draft_long():
+    ks = run_policy(AdaptiveK(k_init=4, k_max=16), lambda k: k, 0.005, verify=lambda n: 0.2)
+    assert min(ks[-10:]) >= 12
+
+
+def test_same_acceptance_long_k_when_verify_is_flat_short_when_it_grows_with_n():
+    """alpha ~ 0.75 (the draft is wrong at its 4th token); same cost at n = 4, flat vs growing with n."""
+    flat = run_policy(AdaptiveK(k_init=4, k_max=16), lambda k: min(k, 3), 0.005, verify=lambda n: 0.27)
+    linear = run_policy(AdaptiveK(k_init=4, k_max=16), lambda k: min(k, 3), 0.005,
+                        verify=lambda n: 0.15 + 0.03 * n)
+    assert min(flat[-10:]) >= 6
+    assert 1 <= min(linear[-10:]) and max(linear[-10:]) <= 4
+
+
+def test_compute_bound_verify_stops_speculating():
+    """Verify cost proportional to the tokens fed (bf16 without native kernels): drafting cannot pay."""
+    ks = run_policy(AdaptiveK(k_init=4, k_max=16, probe_every=8), lambda k: min(k, 3), 0.005,
+                    verify=lambda n: 0.1 * n)
+    assert ks[-10:].count(0) >= 8
+
+
+def test_linear_verify_cost_is_learned_without_a_prior_once_k_moves():
+    policy = AdaptiveK(k_init=8, k_max=16)
+    policy.update(model_step(0, 8, 1.0, 1.0, n_fed=40))
+    for k in (8, 2, 5, 1, 12):
+        policy.update(model_step(k, k, draft_s=0.005 * k, verify_s=0.03 + 0.1 * (k + 1), n_fed=k + 1))
+    costs = policy.costs
+    assert costs.verify_per_token_s == pytest.approx(0.1, rel=1e-6)
+    assert costs.verify_fixed_s == pytest.approx(0.03, rel=1e-6)
+
+
+def test_low_acceptance_falls_back_to_target_steps_with_probes():
+    losing = AdaptiveK(k_init=4, probe_every=3)
+    losing.update(model_step(0, 4, 9.0, 9.0, n_fed=40))
+    for _ in range(10):
+        losing.update(model_step(0, 4, draft_s=0.4, verify_s=0.2, n_fed=5))  # expensive draft, always wrong
+    choices = [losing.choose() for _ in range(6)]
+    ks = [c.k for c in choices]
+    assert ks.count(0) >= 4 and max(ks) > 0
+    assert all(c.fallback for c in choices)  # the probes between plain target steps too
+
+
+def test_choices_say_fallback_only_when_speculation_loses():
+    winning = AdaptiveK(k_init=4, prior=StepCosts(0.2, 0.0, 0.005))
+    choice = winning.choose()
+    assert choice.k > 0 and not choice.fallback
+    assert FixedK(3).choose() == KChoice(3, fallback=False)
+
+
+def test_prior_alone_decides_before_any_step():
+    flat = AdaptiveK(k_init=4, k_max=16, prior=StepCosts(0.2, 0.0, 0.005))
+    steep = AdaptiveK(k_init=4, k_max=16, prior=StepCosts(0.03, 0.1, 0.005))
+    flat.accepted, steep.accepted = 50.0, 50.0  # as if the draft had been right 50 times in a row
+    assert flat.choose().k > steep.choose().k >= 1
+
+
+def test_prior_keeps_the_slope_when_k_never_moves():
+    fit = CostFit(StepCosts(0.03, 0.1, 0.005))
+    fit.observe(40, 9.0, 4, 1.0)
+    for _ in range(20):
+        fit.observe(5, 0.53, 4, 0.02)
+    costs = fit.costs()
+    assert costs.verify_s(5) == pytest.approx(0.53, rel=0.05)
+    assert costs.verify_per_token_s > 0.05
+
+
+def test_fixed_k_reports_costs_but_keeps_k():
+    policy = FixedK(3)
+    assert policy.costs is None
+    policy.update(model_step(3, 3, 9.0, 9.0, n_fed=30))
+    policy.update(model_step(3, 3, 0.03, 0.4, n_fed=4))
+    assert policy.choose().k == 3 and policy.costs.draft_per_token_s == pytest.approx(0.01)
+
+
+def test_step_costs_speedup_and_best_k():
+    flat = StepCosts(verify_fixed_s=0.1, verify_per_token_s=0.0, draft_per_token_s=0.01)
+    assert flat.speedup(0.9, 0) == pytest.approx(1.0)
+    assert flat.speedup(1.0, 4) == pytest.approx(5 * 0.1 / (0.04 + 0.1))
+    assert flat.best_k(0.0, [0, 1, 2]) == 0
+    linear = StepCosts(0.0, 0.1, 0.0)  # verify cost proportional to tokens fed: drafting can never win
+    assert linear.speedup(0.99, 8) < 1.0 and linear.best_k(0.99, [0, 1, 2, 4, 8]) == 0
+
+
+def test_fit_line_recovers_a_line_and_is_flat_for_one_n():
+    assert fit_line([1, 2, 4, 8], [0.3, 0.4, 0.6, 1.0]) == pytest.approx((0.2, 0.1))
+    assert fit_line([5, 5, 5], [1.0, 2.0, 3.0]) == pytest.approx((2.0, 0.0))
+    a, b = fit_line([1, 8], [0.5, 0.4])  # noise sloping down: no negative per-token cost
+    assert b == 0.0 and a == pytest.approx(0.45)
+
+
+def test_expected_tokens_formula():
+    assert expected_tokens(0.0, 5) == 1.0
+    assert expected_tokens(1.0, 5) == 6.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1.75)
+
+
+@pytest.mark.parametrize("cuda, capability, flags, isa, kind", [
+    (True, "AVX2", HASWELL, "", "cuda"),
+    (False, "AVX512", SAPPHIRE_RAPIDS, "", "amx"),
+    (False, "AVX512", ZEN4, "", "avx512-bf16"),
+    (False, "AVX512", frozenset({"avx2", "avx512f", "avx512_vnni"}), "", "avx512"),
+    (False, "AVX2", HASWELL, "", "avx2"),
+    (False, "AVX2", ZEN4, "AVX2", "avx2"),  # the emulation used for the AVX2 numbers
+    (False, "AVX512", ZEN4, "AVX2", "avx2"),  # oneDNN capped: bf16 matmuls are not native any more
+    (False, "AVX512", SAPPHIRE_RAPIDS, "AVX512_CORE_BF16", "avx512-bf16"),  # AMX switched off in oneDNN
+    (False, "DEFAULT", HASWELL, "", "baseline"),
+])
+def test_machine_kind_from_features(cuda, capability, flags, isa, kind):
+    assert classify(cuda, capability, flags, isa).kind == kind
+
+
+def test_auto_precision_table():
+    assert set(AUTO_PRECISION) == set(MACHINE_KINDS)
+    cuda = classify(True, "AVX2", HASWELL)
+    # the table's GPU entry is the 16-bit choice; engine/models/devices.py falls back to nf4 by free memory
+    assert auto_precision(cuda, "target") == auto_precision(cuda, "draft") == "bf16"
+    avx2 = classify(False, "AVX2", HASWELL)
+    assert auto_precision(avx2, "target") == "int8-weight"  # no native bf16 on AVX2: int8 weights
+    assert all(auto_precision(classify(False, "AVX512", f), "target") != "int8-dynamic" for f in (ZEN4, HASWELL))
+    # every CPU target is batch-invariant: greedy speculation is bit-for-bit the target's on every CPU kind
+    from engine.divergence import BATCH_INVARIANT
+    cpu_kinds = [k for k in MACHINE_KINDS if k not in ("cuda", "mps")]
+    assert all(AUTO_PRECISION[k][0] in BATCH_INVARIANT for k in cpu_kinds)
+    assert auto_precision(classify(False, "AVX512", ZEN4), "target") == "int4"  # AVX-512: the GGUF's 4-bit grid
+    note = describe_choice(avx2, "int8-dynamic", "int8-dynamic", (True, False))
+    assert note.startswith("AVX2 CPU") and "target int8-dynamic (auto)" in note and "draft int8-dynamic (chosen)" in note
+
+
+def test_avx2_emulation_env_is_detected_as_avx2():
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    out = subprocess.run([sys.executable, "-c", "from engine.models.hardware import detect_machine;"
+                          "print(detect_machine('cpu').kind)"],
+                         env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["avx2"]
+
+
+def _policy_with_costs(verify_fixed_s: float, verify_per_token_s: float) -> AdaptiveK:
+    return AdaptiveK(prior=StepCosts(verify_fixed_s=verify_fixed_s, verify_per_token_s=verify_per_token_s,
+                                     draft_per_token_s=0.02))
+
+
+def test_free_drafts_are_capped_where_each_verified_token_costs_and_long_where_verify_is_flat():
+    compute_bound, flat = _policy_with_costs(0.35, 0.08), _policy_with_costs(0.35, 0.001)
+    assert 1 <= compute_bound.free_limit() <= 6  # a = 0.35 s, b = 0.08 s, acceptance prior 0.8: 4
+    assert flat.free_limit() >= 3 * compute_bound.free_limit()
+    for _ in range(10):  # lookups that keep failing at once: none pays, so the steps are target-only
+        compute_bound.update(StepRecord(n_drafted=8, n_accepted=0, n_fed=9, draft_s=0.0, verify_s=0.35 + 0.08 * 9,
+                                        free=True))
+    limits = [compute_bound.free_limit() for _ in range(8 + 16 + 32)]
+    assert limits.count(1) == 3 and set(limits) == {0, 1}  # one-token probes after 8, then 16, then 32 losing steps
+    assert [i for i, n in enumerate(limits) if n] == [7, 23, 55]
+
+
+def test_a_probe_that_pays_brings_the_free_drafts_back():
+    policy = _policy_with_costs(0.35, 0.08)
+    for _ in range(10):
+        policy.update(StepRecord(n_drafted=8, n_accepted=0, n_fed=9, draft_s=0.0, verify_s=1.07, free=True))
+    assert policy.free_limit() == 0
+    for _ in range(6):  # lookups that were right after all
+        policy.update(StepRecord(n_drafted=4, n_accepted=4, n_fed=5, draft_s=0.0, verify_s=0.75, free=True))
+    assert policy.free_limit() >= 2
+
+
+def test_fixed_k_prices_free_drafts_too():
+    """A fixed k (the bench's lookup mode, a user's k) bounds a lookup; the cost model still cuts what does not pay."""
+    fixed = FixedK(16, prior=StepCosts(0.35, 0.08, 0.02))
+    assert 1 <= fixed.free_limit() <= 6
+    for _ in range(10):
+        fixed.update(StepRecord(n_drafted=8, n_accepted=0, n_fed=9, draft_s=0.0, verify_s=1.07, free=True))
+    assert fixed.free_limit() == 0
+
+
+def test_a_losing_draft_model_is_probed_less_and_less_often():
+    losing = AdaptiveK(k_init=4, probe_every=4, prior=StepCosts(0.1, 0.1, 0.2))
+    for _ in range(10):
+        losing.update(model_step(0, 4, draft_s=0.8, verify_s=0.6, n_fed=5))
+    ks = [losing.choose().k for _ in range(4 + 8 + 16)]
+    assert [i for i, k in enumerate(ks) if k] == [3, 11, 27]
+
+
+INT4_CURVE = ((1, 0.034), (2, 0.043), (4, 0.050), (8, 0.096), (16, 0.182))  # a 4-bit 1.5B target, measured
+
+
+def test_a_measured_curve_prices_each_verify_length_where_the_line_cannot():
+    a, b = fit_line([n for n, _ in INT4_CURVE], [t for _, t in INT4_CURVE])
+    line = StepCosts(a, b, 0.012)
+    curve = StepCosts(a, b, 0.012, verify_table=INT4_CURVE)
+    assert curve.verify_s(4) == pytest.approx(0.050) and curve.verify_s(3) == pytest.approx(0.0465)
+    assert curve.verify_s(32) > curve.verify_s(16) > curve.verify_s(8)  # extended by the last segment
+    assert abs(line.verify_s(4) - 0.050) > 0.005  # the straight line misprices the flat start
+    assert curve.best_k(0.9, list(range(0, 17))) == 3  # the knee: 4 tokens fed cost little more than 1
+    assert curve.best_k(0.5, list(range(0, 17))) == 0  # low acceptance: plain target steps
+
+
+def test_the_online_fit_keeps_the_calibrated_curve_and_moves_with_observations():
+    fit = CostFit(StepCosts(0.03, 0.01, 0.012, verify_table=INT4_CURVE))
+    assert fit.costs().verify_table == INT4_CURVE
+    fit.observe(5, 0.2, 4, 0.05)  # the first step prefills: ignored
+    for _ in range(20):
+        fit.observe(5, 0.080, 4, 0.048)
+    costs = fit.costs()
+    assert dict(costs.verify_table)[5] == pytest.approx(0.080, rel=0.1)
+    times = [t for _, t in costs.verify_table]
+    assert times == sorted(times)  # never cheaper for a longer forward

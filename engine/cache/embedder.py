@@ -107,8 +107,8 @@ class EmbeddingIndex:
         if matrix.shape[1] != query.shape[0]:
             warnings.warn("cached embeddings have another dimension than the embedder; semantic tier skipped")
             return []
-        # (n,) -- einsum runs single-threaded: a multi-threaded BLAS gemv can be 30x slower while torch
-        # keeps the cores busy generating
+        # (n,) -- einsum runs single-threaded: a multi-threaded BLAS gemv competes for the cores that torch
+        # keeps busy generating, and loses by far
         sims = np.einsum("nd,d->n", matrix, query)
         best = np.argpartition(-sims, top)[:top] if len(sims) > top else np.arange(len(sims))
         best = best[np.argsort(-sims[best])]

@@ -32,7 +32,8 @@ INT8_MARGIN = 0.03  # an int8 cosine is within this of the float32 one (measured
 MEMORY = "in-memory index"
 
 
-class Candidate(NamedTuple):
+class Neighbour(NamedTuple):
+    """A cached prompt near the query: its key, its exact cosine, and its record when the search read it."""
     key: str
     similarity: float  # exact cosine
     record: CacheRecord | None  # the record when the search already read it
@@ -57,7 +58,7 @@ class Index(Protocol):
         """Catch up with the store's logged changes; with ``live`` (its record count, when the caller counted)
         also with what it dropped without a log entry (TTL, eviction)."""
 
-    def search(self, scope: str, query: np.ndarray, floor: float) -> list[Candidate]:
+    def search(self, scope: str, query: np.ndarray, floor: float) -> list[Neighbour]:
         """The best :data:`TOP` candidates of ``scope``, best first; those below ``floor`` may be left out.
         Searches what the index holds now: the caller refreshes first when it wants other instances' writes."""
 
@@ -108,8 +109,8 @@ class MirrorIndex:
         if fits(key, rec, self._dim):
             index.add(rec.scope, key, rec.embedding)
 
-    def search(self, scope: str, query: np.ndarray, floor: float) -> list[Candidate]:
-        return [Candidate(key, sim, None) for key, sim in self._index.search(scope, query, TOP)]
+    def search(self, scope: str, query: np.ndarray, floor: float) -> list[Neighbour]:
+        return [Neighbour(key, sim, None) for key, sim in self._index.search(scope, query, TOP)]
 
     def wrote(self, scope: str, key: str, vec: np.ndarray, token: Token | None) -> None:
         self._index.add(scope, key, vec)
@@ -137,7 +138,7 @@ class ServerIndex:
     def refresh(self, live: int | None = None) -> None:
         """Nothing to load: the server is the index."""
 
-    def search(self, scope: str, query: np.ndarray, floor: float) -> list[Candidate]:
+    def search(self, scope: str, query: np.ndarray, floor: float) -> list[Neighbour]:
         near = [key for key, sim in self._store.similar(scope, query, self.count, self.ef)
                 if sim >= floor - INT8_MARGIN]
         out, gone = [], []
@@ -146,7 +147,7 @@ class ServerIndex:
                 gone.append(key)  # expired or moved aside: its vector is an orphan
             elif fits(key, rec, self._dim):
                 sim = float(np.einsum("nd,d->n", rec.embedding[None, :], query)[0])  # as EmbeddingIndex does
-                out.append(Candidate(key, min(1.0, sim), rec))
+                out.append(Neighbour(key, min(1.0, sim), rec))
         if gone:
             self._store.forget(scope, gone)
         return sorted(out, key=lambda c: -c.similarity)[:TOP]

@@ -2,15 +2,15 @@
 
 Eager attention multiplies the whole (n, L) block of attention weights by V in one batched bf16 GEMM. The
 masked columns are zeros, so the sums are the same numbers, but the GEMM blocks its inner dimension by L: a
-row of a 4-token verify (L = 12) is summed in another order than the same token fed alone (L = 11). On an
-AVX2 CPU the 1.5B target's logits then differ by a bf16 step from the third verify row on (found by bisecting
-its modules: q, k and v are equal, ``softmax(QK^T) @ V`` is not; docs/models.md, "bit-for-bit identity").
+row of a 4-token verify (L = 12) is summed in another order than the same token fed alone (L = 11), and the
+logits can differ by a bf16 step (q, k and v stay equal, ``softmax(QK^T) @ V`` does not; how it was found:
+docs/models.md, "bit-for-bit identity").
 
 Here a forward of at most ``ROW_EXACT_MAX`` tokens (a decode step, a verify, a short prompt) runs each query
 row over exactly the keys it may see, as a forward of that one token does: the same shapes, so the same
 kernels and the same sums. Longer forwards (a prompt's prefill: both decoders run the same one) and anything
 this does not cover (a padded batch, a sliding window that cuts) are eager attention's. The cost is n small
-matmul pairs per layer instead of one: about 1% of a verify step of the 1.5B target on 2 cores.
+matmul pairs per layer instead of one, small beside the layer's weight matmuls (measured in docs/models.md).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Fewer, wider matmuls per decoder layer: q/k/v as one layer, gate/up as one layer.
 
-At about 30 ms per forward of a 4-bit 1.5B model on a CPU, each of the 196 small matmul calls of a token costs
-its dispatch on top of its bytes; fusing the projections that read the same input makes 4 calls a layer of 7.
+A small model's CPU forward is many small matmul calls, and each costs its dispatch on top of the bytes it reads;
+fusing the projections that read the same input makes 4 calls a layer of 7.
 Fusing concatenates weight rows, and every output row of these kernels is computed from its own weight row
 alone, so the results are bit-for-bit those of the separate layers (tests/models/test_fuse.py).
 

@@ -83,7 +83,7 @@ def hub_source(repo_id: str) -> str:
 
 def gguf_runnable(name: str) -> bool:
     """``auto`` on a CPU runs a GGUF model (a built-in or a .gguf file) with llama.cpp, when the binding is
-    installed: its integer kernels decode 2-3x faster than torch's on the same file (docs/models.md)."""
+    installed: its integer kernels decode faster than torch's on the same file (measured in docs/models.md)."""
     if not llama_cpp_available():
         return False
     try:

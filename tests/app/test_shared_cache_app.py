@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.constants import SMOL
 from tests.helpers.redis_server import RedisServer, free_port, wait_until
 
 pytestmark = pytest.mark.real

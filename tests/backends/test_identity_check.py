@@ -11,8 +11,8 @@ from engine.models.attention import ROW_EXACT
 from engine.models.calibrate import IDENTITY_PROMPT, check_identity
 from engine.models.int8_weight import quantize_int8_weight
 from tests.helpers.tiny import tiny_model
+from tests.helpers.constants import SMOL
 
-SMOL = "smollm2-135m-instruct"
 TARGET = "qwen2.5-coder-1.5b-instruct"
 TEXT = [(7 * i + 3) % 40 + 2 for i in range(400)]  # a tiny model's "prompt"
 

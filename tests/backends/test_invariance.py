@@ -17,8 +17,7 @@ from engine.models.int8_weight import quantize_int8_weight
 from engine.models.loading import attention_for
 from tests.helpers.invariance import steps_off, verify_vs_alone
 from tests.helpers.tiny import tiny_model
-
-SMOL = "smollm2-135m-instruct"
+from tests.helpers.constants import SMOL
 
 
 def _tiny(precision: str):

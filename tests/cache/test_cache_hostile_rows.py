@@ -19,7 +19,8 @@ from engine.cache.disk_store import DiskStore
 from engine.cache.records import CacheRecord
 from engine.cache.semantic_cache import SemanticCache, entry_key
 from engine.cache.store import StoreUnavailable
-from tests.cache.test_semantic_cache import SCOPE, PrefixBlindEmbedder
+from tests.helpers.constants import SCOPE
+from tests.helpers.embedders import PrefixBlindEmbedder
 
 MODE_TEXT, MODE_BINARY = diskcache.core.MODE_TEXT, diskcache.core.MODE_BINARY
 

@@ -16,8 +16,8 @@ from engine.chat_engine import ChatEngine
 from engine.config import CacheConfig, SamplingConfig, SpecConfig
 from engine.errors import InvalidSettingError
 from engine.events import final_done
-from tests.cache.test_semantic_cache import PrefixBlindEmbedder
 from tests.helpers.tiny import tiny_pair
+from tests.helpers.embedders import PrefixBlindEmbedder
 
 SECRET = "a secret the instances share"
 GREEDY = SamplingConfig(max_new_tokens=12)

@@ -8,9 +8,9 @@ from engine.cache.embedder import load_default_embedder
 from engine.cache.semantic_cache import SemanticCache
 from engine.chat_engine import ChatEngine
 from tests.helpers.redis_server import wait_until
+from tests.helpers.constants import SMOL
 
 pytestmark = pytest.mark.real
-SMOL = "smollm2-135m-instruct"
 GREEDY = SamplingConfig(max_new_tokens=160)
 SPEC = SpecConfig(k=4)
 

@@ -14,9 +14,8 @@ from engine.cache.store import StoreUnavailable
 from engine.errors import ModelFormatError
 from engine.models.catalog import BUILTIN_MODELS, CACHE_DIR_ENV, builtin_dir, user_gguf_dir
 from tests.helpers.readonly import read_only
-from tests.cache.test_semantic_cache import SCOPE, PrefixBlindEmbedder
-
-SMOL = "smollm2-135m-instruct"
+from tests.helpers.constants import SCOPE, SMOL
+from tests.helpers.embedders import PrefixBlindEmbedder
 
 
 def tree(root: Path) -> dict:

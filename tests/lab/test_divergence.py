@@ -10,6 +10,7 @@ from engine.chat_engine import ChatEngine
 from engine.backends.torch_runner import common_prefix
 from engine.events import final_done
 from tests.helpers.tiny import tiny_pair
+from tests.helpers.constants import SMOL
 
 
 def divergence(margin: float, gap: float | None, precision: str = "bf16", top: float = 20.0) -> Divergence:
@@ -74,8 +75,7 @@ TIE_PROMPTS = ("Write a Python function that checks whether a number is prime.",
 @pytest.mark.real
 @pytest.mark.parametrize("prompt", TIE_PROMPTS)
 def test_bf16_divergence_is_a_rounding_tie_and_fp32_is_identical(real_models, prompt):
-    smol = "smollm2-135m-instruct"
-    engine = real_models.engine(smol, "bf16", smol, "bf16")
+    engine = real_models.engine(SMOL, "bf16", SMOL, "bf16")
     messages, sampling = [{"role": "user", "content": prompt}], SamplingConfig(max_new_tokens=20)
     spec = SpecConfig(k=4)
     reference = final_done(engine.generate_reference(messages, sampling)).token_ids

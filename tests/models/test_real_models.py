@@ -12,9 +12,9 @@ from engine.errors import (EmptyPromptError, IncompatiblePairError, ModelIntegri
 from engine.models.calibrate import CALIBRATION_TOKENS
 from engine.models.loading import default_device, load_model, plan_precisions, resolve_source
 from engine.chat_engine import ChatEngine
+from tests.helpers.constants import SMOL
 
 pytestmark = pytest.mark.real
-SMOL = "smollm2-135m-instruct"
 # Device-aware: what each device can run (int8-dynamic and int8-weight are CPU kernels; bitsandbytes is not on MPS)
 DEVICE = default_device().type
 ROUGH_DRAFT = {"cpu": "int8", "cuda": "int8", "mps": "fp16"}[DEVICE]  # a draft that sometimes disagrees

@@ -1,5 +1,5 @@
-"""A paraphrase judge for every precision the app loads on a CPU (issue 27, finding 9), and the command that
-calibrates one (bench.cache.calibrate)."""
+"""A paraphrase judge for every precision the app loads on a CPU, or a sentence saying why none judges, and the
+command that calibrates one (bench.cache.calibrate)."""
 from __future__ import annotations
 
 import json

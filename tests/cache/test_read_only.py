@@ -1,4 +1,4 @@
-"""Read-only setups work (issue 16, finding 3): models converted elsewhere load from a read-only cache
+"""Read-only setups work: models converted elsewhere load from a read-only cache
 directory, a read-only semantic cache is served read-only with a note, nothing is renamed unless SQLite calls
 it corrupt, every way of naming the cache directory is checked alike, and a failed conversion leaves no lock.
 

@@ -65,9 +65,9 @@ def test_engine_explains_and_proves_on_an_fp32_pair(monkeypatch):
 
 
 # -- SmolLM2-135M in bf16: near-ties ----------------------------------------------------------------------------
-# Target-only vs speculative (draft = the same model, k=4, greedy). Whether a bf16 near-tie flips depends on the
-# CPU's (or GPU's) kernels (it flipped at token 12 on one Zen 4), so the test names no position: it asserts what
-# holds on every device: no divergence, or one that is a tie within rounding; and fp32 (on the CPU) is identical.
+# Target-only vs speculative (draft = the same model, k=4, greedy). Whether a bf16 near-tie flips, and where,
+# depends on the CPU's (or GPU's) kernels, so the test names no position: it asserts what holds on every device:
+# no divergence, or one that is a tie within rounding; and fp32 (on the CPU) is identical.
 TIE_PROMPTS = ("Write a Python function that checks whether a number is prime.",
                "Explain the difference between TCP and UDP in two sentences.")
 

@@ -1,5 +1,5 @@
 """Text is text: what a user (or a /v1 client, or a pasted document) types never becomes a control token, and
-text that is not valid Unicode is refused with a sentence, not a 500 (issue 27, findings 1 and 2)."""
+text that is not valid Unicode is refused with a sentence, not a 500."""
 from __future__ import annotations
 
 import re

@@ -11,11 +11,9 @@ import threading
 import time
 from pathlib import Path
 
-from engine.models.catalog import cache_root
 from engine.config import AUTO, SamplingConfig
 from engine.events import final_done
-from engine.lab.grid import ExperimentGrid, estimated_seconds
-from engine.surface import EngineSurface, PairInfo
+from engine.surface import EngineSurface, ExperimentGrid, PairInfo, cache_root, estimated_seconds
 
 log = logging.getLogger(__name__)
 

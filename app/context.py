@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 
 from app.baseline import BaselineStore, baseline_key, get_or_measure, grid_estimate
 from engine.errors import NoPairError
-from engine.lab.grid import ExperimentGrid
-from engine.surface import EngineSurface
+from engine.surface import EngineSurface, ExperimentGrid
 
 MAX_SESSIONS = 256
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from engine.models.catalog import BUILTIN_MODELS
 from engine.config import (CACHE_OFF, DEFAULT_CACHE, DEFAULT_SAMPLING, DEFAULT_SPEC, CacheConfig, SamplingConfig,
                            SpecConfig)
 from engine.errors import InvalidSettingError
+from engine.surface import BUILTIN_MODELS
 
 
 @dataclass(frozen=True)

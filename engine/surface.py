@@ -4,8 +4,11 @@
 else (no attributes: cache settings and statistics come through methods too). This module imports nothing
 heavy (no torch, no transformers): the app imports it, and the app never imports torch.
 
-``CacheStats`` and ``CacheEntry`` are the cache's own values (engine/cache/stats.py), re-exported here: the app
-imports every value it reads from this module.
+Beside the Protocol, this module re-exports what the app builds or reads from the parts below it: the cache's
+values (``CacheStats``, ``CacheEntry``) and its ``StoreUnavailable``, the model catalog's names and cache folder,
+the experiment grid and its parsers, the result columns and the step costs. The app imports from ``engine`` only
+this module, ``engine.config`` (the settings, validated once), ``engine.errors`` and ``engine.events`` (what it
+renders); tests/project/test_layout.py holds it to that list.
 """
 from __future__ import annotations
 
@@ -16,15 +19,25 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from engine.cache.stats import CacheEntry, CacheStats
+from engine.cache.store import StoreUnavailable
 from engine.config import DEFAULT_CACHE, CacheConfig, SamplingConfig, SpecConfig
-from engine.events import Event
-from engine.lab.grid import DOCTOR_KINDS, ExperimentGrid
-from engine.lab.results import DoctorReport, LabUpdate
-from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.costs.costmodel import StepCosts
+from engine.events import Event
+from engine.lab.grid import (DOCTOR_KINDS, LAB_PROPOSERS, OWN, PROMPT_SETS, ExperimentGrid, estimated_seconds,
+                             own_prompts, parse_ks, parse_names, parse_temperatures)
+from engine.lab.results import COLUMNS, RESULT_VERSION, DoctorReport, LabUpdate
+from engine.models.catalog import BUILTIN_MODELS, DEFAULT_DRAFT, DEFAULT_TARGET, cache_root
 
 if TYPE_CHECKING:  # engine.divergence imports torch; the app reads these by attribute
     from engine.divergence import Divergence, Fp32Proof
+
+__all__ = [  # the re-exports the app imports from here, beside the Protocol and its values below
+    "BUILTIN_MODELS", "COLUMNS", "DEFAULT_DRAFT", "DEFAULT_TARGET", "DOCTOR_KINDS", "LAB_PROPOSERS", "OWN",
+    "PROMPT_SETS", "RESULT_VERSION", "CacheEntry", "CacheStats", "DoctorReport", "ExperimentGrid", "LabUpdate",
+    "StepCosts", "StoreUnavailable", "cache_root", "estimated_seconds", "own_prompts", "parse_ks", "parse_names",
+    "parse_temperatures",
+    "CacheInfo", "EngineSurface", "PairInfo", "SURFACE_MEMBERS", "surface_problems",
+]
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ def llama_perplexity_binary() -> Path:
     return require_llama_binary("llama-perplexity")
 
 
-class ModelPool:
+class RealModels:
     """Real models loaded once per test run, by (name, precision). Models hold no per-generation state (each
     generation makes its own KV cache), so tests may share them; engines built from them are fresh."""
 
@@ -90,5 +90,5 @@ class ModelPool:
 
 
 @pytest.fixture(scope="session")
-def real_models() -> ModelPool:
-    return ModelPool()
+def real_models() -> RealModels:
+    return RealModels()

@@ -15,8 +15,7 @@ import pandas as pd
 from app import toast
 from app.context import AppContext
 from app.views.render import esc
-from engine.cache.store import StoreUnavailable
-from engine.surface import CacheEntry, CacheInfo, CacheStats, EngineSurface
+from engine.surface import CacheEntry, CacheInfo, CacheStats, EngineSurface, StoreUnavailable
 
 RECENT = 50
 COLUMNS = ["created", "prompt", "answer", "key"]

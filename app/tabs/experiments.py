@@ -11,12 +11,12 @@ import gradio as gr
 from app.context import AppContext, session_id
 from app.tabs.engine_queue import ENGINE
 from app.views.render import error_html, error_message, info_html
-from engine.config import PRECISIONS
-from engine.errors import EngineError, InvalidSettingError
 from app.views.report.files import load_result, save_result
 from app.views.report.views import acceptance_chart, doctor_html, progress_html, speedup_chart, table_frame
-from engine.lab.grid import (LAB_PROPOSERS, OWN, PROMPT_SETS, ExperimentGrid, own_prompts, parse_ks, parse_names,
-                             parse_temperatures)
+from engine.config import PRECISIONS
+from engine.errors import EngineError, InvalidSettingError
+from engine.surface import (LAB_PROPOSERS, OWN, PROMPT_SETS, ExperimentGrid, own_prompts, parse_ks, parse_names,
+                            parse_temperatures)
 
 FORM = ("sets", "prompts", "ks", "temps", "proposers", "target", "drafts", "draft_precs", "target_precs", "per_set",
         "tokens", "seed")  # the grid's fields, in form_values' order

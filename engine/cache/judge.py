@@ -32,7 +32,7 @@ EXAMPLES = (
 )
 # P(yes) above which a model's verdict serves a hit, per (model, precision): quantisation shifts P(yes), so a
 # threshold holds only for the precision it was measured at. bf16: chosen from P(yes) on the pairs of
-# ../shared/eval/paraphrases.jsonl and tests/data/paraphrases_heldout2.jsonl. The CPU precisions auto picks
+# tests/data/paraphrases.jsonl and tests/data/paraphrases_heldout2.jsonl. The CPU precisions auto picks
 # (int8-weight, int4): proposed by `python -m bench.cache.calibrate` on tests/data/paraphrases_calib_cpu.jsonl
 # (0.05 above the highest near-miss the judge is asked about), then measured on the held-out files
 # (docs/cache.md, "Direct mode"). A (model, precision) without an entry never judges: an uncalibrated verdict

@@ -10,14 +10,16 @@ import pytest
 from app.context import AppContext
 from app.api.openai_routes import create_server
 from app.ui import build_demo, launch_kwargs
-from tests.helpers.server import serving
 from engine.surface import PairInfo
+from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, needs_chromium
+from tests.helpers.constants import SMOL
 from tests.helpers.fakes import FakeEngine
+from tests.helpers.server import serving
 
 KEY = "k3y-for-tests"
 TARGET, DRAFT = "guarded-target-1.5b", "guarded-draft-0.5b"  # names that occur nowhere else in a page
 # Gradio API endpoints that change the server's state, with inputs they accept
-CHANGING = {"load_pair": ["smollm2-135m-instruct", "bf16", "smollm2-135m-instruct", "nf4"], "cache_clear": [],
+CHANGING = {"load_pair": [SMOL, "bf16", SMOL, "nf4"], "cache_clear": [],
             "cache_delete": [None]}
 
 
@@ -73,7 +75,7 @@ def test_gradio_client_with_the_key_runs_the_calls(guarded):
     url, engine = guarded
     client = Client(url, auth=("someone", KEY), verbose=False)
     client.predict(*CHANGING["load_pair"], api_name="/load_pair")
-    assert {"load": ("smollm2-135m-instruct", "smollm2-135m-instruct", "bf16", "nf4")} in engine.calls
+    assert {"load": (SMOL, SMOL, "bf16", "nf4")} in engine.calls
     client.predict(api_name="/cache_clear")
     assert engine.entries == []
     with pytest.raises(Exception):
@@ -104,14 +106,9 @@ def test_a_page_without_the_key_names_no_endpoint_and_no_model(guarded):
 
 
 @pytest.mark.browser
+@needs_chromium
 def test_a_browser_logs_in_with_the_key_and_gets_the_app(guarded):
     """Headless Chromium: the page asks for the login; a wrong key is refused, the key opens the app."""
-    import os
-
-    from tests.app.test_browser import CHROMIUM, CHROMIUM_ARGS
-
-    if not os.path.exists(CHROMIUM) and not os.environ.get("SPECLENS_REQUIRE_BROWSER"):
-        pytest.skip(f"Debian's Chromium is not installed at {CHROMIUM}")
     playwright = pytest.importorskip("playwright.sync_api")
     url, _ = guarded
     with playwright.sync_playwright() as pw:

@@ -13,20 +13,14 @@ import re
 
 import pytest
 
+from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, needs_chromium
+from tests.helpers.constants import SMOL
 from tests.helpers.server import SMOL_PAIR, launched
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 PAIR = SMOL_PAIR
 ANSWER_S = 120
 
-pytestmark = [
-    pytest.mark.browser,
-    # CI sets SPECLENS_REQUIRE_BROWSER=1: there a missing Chromium fails instead of skipping
-    pytest.mark.skipif(not os.path.exists(CHROMIUM) and not os.environ.get("SPECLENS_REQUIRE_BROWSER"),
-                       reason=f"Debian's Chromium is not installed at {CHROMIUM} (apt-get install chromium)"),
-]
+pytestmark = [pytest.mark.browser, needs_chromium]
 playwright_api = pytest.importorskip("playwright.sync_api")
 expect = playwright_api.expect
 
@@ -302,7 +296,7 @@ def test_bad_input_shows_errors_and_the_app_keeps_working(page):
     expect_error(page, "max_new_tokens must be a whole number")
     set_number(page, "max-new-tokens", 16)
 
-    for field, value in (("target", "no-such-model"), ("target", "smollm2-135m-instruct"),
+    for field, value in (("target", "no-such-model"), ("target", SMOL),
                          ("draft", "qwen2.5-coder-0.5b-instruct")):
         page.fill(f"#{field} input", value)
         page.keyboard.press("Enter")
@@ -314,7 +308,7 @@ def test_bad_input_shows_errors_and_the_app_keeps_working(page):
                                                        timeout=180_000)
     expect(page.locator("#pair-status")).to_contain_text("previous pair is still loaded")
     expect(page.locator("#pair-status")).to_contain_text("nf4")
-    page.fill("#draft input", "smollm2-135m-instruct")  # a good pair loads (here: reuses the loaded models)
+    page.fill("#draft input", SMOL)  # a good pair loads (here: reuses the loaded models)
     page.keyboard.press("Enter")
     page.click("#load-pair")
     expect(page.locator("#pair-status")).not_to_contain_text("previous pair", timeout=120_000)

@@ -20,6 +20,7 @@ from engine.events import CacheEvent, DoneEvent, StatsEvent
 from tests.helpers.fakes import PIECES, PiecesEngine
 from tests.helpers.fakes import piece as tok
 from tests.helpers.server import serving
+from tests.helpers.constants import SMOL
 
 FakeEngine = PiecesEngine  # what most tests here ask
 
@@ -412,15 +413,15 @@ def test_openai_client_chats_like_the_app(live_server):
     expected = Client(live_server, auth=("me", KEY), verbose=False).predict(
         prompt, max_new_tokens=n, temperature=0.0, cache=False, api_name="/chat")["text"]
     client = openai.OpenAI(base_url=f"{live_server}v1", api_key=KEY)
-    assert [m.id for m in client.models.list().data] == ["smollm2-135m-instruct"] * 2
+    assert [m.id for m in client.models.list().data] == [SMOL] * 2
     messages = [{"role": "user", "content": prompt}]
-    whole = client.chat.completions.create(model="smollm2-135m-instruct", messages=messages, temperature=0,
+    whole = client.chat.completions.create(model=SMOL, messages=messages, temperature=0,
                                            max_tokens=n)
     assert whole.choices[0].message.content == expected and expected.strip()
     assert whole.usage.completion_tokens == n and whole.usage.prompt_tokens > 0
     kinds = {s["kind"] for s in whole.choices[0].speculation}
     assert kinds <= {"accepted", "corrected", "bonus", "target", "cached"} and kinds
-    stream = client.chat.completions.create(model="smollm2-135m-instruct", messages=messages, temperature=0,
+    stream = client.chat.completions.create(model=SMOL, messages=messages, temperature=0,
                                             max_tokens=n, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == expected
 
@@ -458,7 +459,7 @@ def test_a_client_that_leaves_stops_its_answer_on_real_weights(real_models):
     from app.api.openai_routes import create_server
     from app.ui import build_demo, launch_kwargs
 
-    engine = real_models.engine("smollm2-135m-instruct", "bf16", "smollm2-135m-instruct", "bf16")
+    engine = real_models.engine(SMOL, "bf16", SMOL, "bf16")
     engine.generate = watched = Watched(engine.generate)  # the app reads engine.generate: this is what it calls
     ctx = AppContext(engine)
     demo = build_demo(ctx)

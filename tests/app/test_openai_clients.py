@@ -13,10 +13,10 @@ import torch
 
 from app.context import AppContext
 from tests.helpers.server import serving
+from tests.helpers.constants import SMOL
 
 pytestmark = pytest.mark.real
 KEY = "test-key-456"
-MODEL = "smollm2-135m-instruct"
 PROMPT = [{"role": "user", "content": "Write a Python function that adds two numbers."}]
 N_TOKENS = 8  # every answer here but the cached one is cut by this limit, so none is stored in the cache
 TOL = 1e-3
@@ -32,7 +32,7 @@ def server(real_models, tmp_path_factory):
     from engine.cache.semantic_cache import SemanticCache
 
     cache = SemanticCache(tmp_path_factory.mktemp("v1-cache") / "cache", load_default_embedder())
-    engine = real_models.engine(MODEL, "fp32", MODEL, "bf16", cache=cache)
+    engine = real_models.engine(SMOL, "fp32", SMOL, "bf16", cache=cache)
     ctx = AppContext(engine)
     demo = build_demo(ctx)
     demo.queue(default_concurrency_limit=1)
@@ -70,7 +70,7 @@ def joined_bytes(content: list[dict]) -> str:
 
 def test_openai_client_gets_the_targets_logprobs_with_the_kind_beside(server, openai_client):
     url, engine = server
-    reply = openai_client.chat.completions.create(model=MODEL, messages=PROMPT, temperature=0, max_tokens=N_TOKENS,
+    reply = openai_client.chat.completions.create(model=SMOL, messages=PROMPT, temperature=0, max_tokens=N_TOKENS,
                                                   logprobs=True, top_logprobs=3)
     choice = reply.choices[0]
     content = [e.model_dump() for e in choice.logprobs.content]
@@ -90,7 +90,7 @@ def test_openai_client_gets_the_targets_logprobs_with_the_kind_beside(server, op
 def test_openai_client_streams_logprobs_after_temperature_and_a_last_usage_chunk(server, openai_client):
     url, engine = server
     chunks = list(openai_client.chat.completions.create(
-        model=MODEL, messages=PROMPT, temperature=0.7, seed=7, max_tokens=N_TOKENS, logprobs=True, top_logprobs=2,
+        model=SMOL, messages=PROMPT, temperature=0.7, seed=7, max_tokens=N_TOKENS, logprobs=True, top_logprobs=2,
         stream=True, stream_options={"include_usage": True}))
     *answer, last = chunks
     assert last.choices == [] and all(c.usage is None for c in answer) and answer[-1].choices[0].finish_reason
@@ -104,7 +104,7 @@ def test_openai_client_streams_logprobs_after_temperature_and_a_last_usage_chunk
     raw = target_logprobs(engine, PROMPT, token_ids)  # the model's own, before temperature: not what is reported
     assert max(abs(e["logprob"] - float(raw[i, t])) for i, (e, t) in enumerate(zip(content, token_ids))) > 10 * TOL
 
-    plain = list(openai_client.chat.completions.create(model=MODEL, messages=PROMPT, temperature=0, max_tokens=2,
+    plain = list(openai_client.chat.completions.create(model=SMOL, messages=PROMPT, temperature=0, max_tokens=2,
                                                        stream=True))
     assert all(c.usage is None and c.choices for c in plain)  # no include_usage: no usage chunk, no usage
     assert all(c.choices[0].logprobs is None for c in plain)  # nor logprobs, not asked for
@@ -114,7 +114,7 @@ def test_langchain_chat_openai_gets_logprobs_streamed_and_not(server):
     import langchain_openai
 
     url, _ = server
-    llm = langchain_openai.ChatOpenAI(model=MODEL, base_url=f"{url}v1", api_key=KEY, temperature=0,
+    llm = langchain_openai.ChatOpenAI(model=SMOL, base_url=f"{url}v1", api_key=KEY, temperature=0,
                                       max_tokens=N_TOKENS, logprobs=True, top_logprobs=2, stream_usage=True)
     whole = llm.invoke(PROMPT[0]["content"])
     content = whole.response_metadata["logprobs"]["content"]
@@ -145,7 +145,7 @@ def test_what_the_server_cannot_honour_is_a_bad_request_naming_the_param(openai_
     import openai
 
     with pytest.raises(openai.BadRequestError) as err:
-        openai_client.chat.completions.create(model=MODEL, messages=PROMPT, max_tokens=2, **kwargs)
+        openai_client.chat.completions.create(model=SMOL, messages=PROMPT, max_tokens=2, **kwargs)
     error = err.value.response.json()["error"]
     assert error["param"] == param and param in error["message"] and error["type"] == "invalid_request_error"
 
@@ -158,7 +158,7 @@ def test_langchain_tools_are_refused_not_ignored(server):
         """Add two numbers."""
         return a + b
 
-    llm = langchain_openai.ChatOpenAI(model=MODEL, base_url=f"{server[0]}v1", api_key=KEY, max_tokens=2)
+    llm = langchain_openai.ChatOpenAI(model=SMOL, base_url=f"{server[0]}v1", api_key=KEY, max_tokens=2)
     with pytest.raises(openai.BadRequestError) as err:
         llm.bind_tools([add]).invoke("What is 2 + 3?")
     assert err.value.response.json()["error"]["param"] == "tools"
@@ -170,7 +170,7 @@ def test_a_cached_answer_reports_no_logprobs_rather_than_inventing_them(server, 
     messages = [{"role": "user", "content": "Reply with one word: is the sky blue?"}]
 
     def ask():
-        return openai_client.chat.completions.create(model=MODEL, messages=messages, temperature=0, max_tokens=64,
+        return openai_client.chat.completions.create(model=SMOL, messages=messages, temperature=0, max_tokens=64,
                                                      logprobs=True, top_logprobs=2)
 
     first, second = ask(), ask()

@@ -22,12 +22,11 @@ from engine.proposers import PROPOSERS
 from engine.costs.kpolicy import AdaptiveK, FixedK
 from engine.decode.speculative import speculative_generate
 from engine.decode.reference import reference_generate
+from tests.helpers.constants import QWEN, SMOL
+from tests.helpers.prompts import eval_prompts
 
 pytestmark = [pytest.mark.real, pytest.mark.usefixtures("llama_cpp")]
 
-SMOL = "smollm2-135m-instruct"
-QWEN = "qwen2.5-coder-1.5b-instruct"
-EVAL = Path(__file__).resolve().parents[3] / "shared" / "eval" / "prompts.jsonl"
 PROMPTS = ["Write a Python function that checks whether a number is prime.",
            "Explain what a hash map is in two sentences.",
            "Rename the variable x to total in: x = 0\nfor v in values:\n    x += v\nprint(x)"]
@@ -111,7 +110,7 @@ def test_llama_cpp_and_the_hf_tokenizer_give_the_same_ids_for_the_same_chat(name
     special tokens included. Our ids come from the HF tokenizer (text stays text: engine/models/prompt.py); the
     GGUF file's own tokenizer must read the rendered chat the same way."""
     loaded = load_model(name, "gguf")
-    texts = [json.loads(line)["prompt"] for line in EVAL.read_text().splitlines()] if EVAL.exists() else PROMPTS
+    texts = eval_prompts()
     chats = [[{"role": "user", "content": t}] for t in texts]
     chats.append([{"role": "system", "content": "Be brief."}, {"role": "user", "content": texts[0]},
                   {"role": "assistant", "content": "def is_prime(n): ..."}, {"role": "user", "content": texts[1]}])

@@ -11,8 +11,8 @@ from engine.models.attention import ROW_EXACT
 from engine.models.calibrate import IDENTITY_PROMPT, check_identity
 from engine.models.int8_weight import quantize_int8_weight
 from tests.helpers.tiny import tiny_model
+from tests.helpers.constants import SMOL
 
-SMOL = "smollm2-135m-instruct"
 TARGET = "qwen2.5-coder-1.5b-instruct"
 TEXT = [(7 * i + 3) % 40 + 2 for i in range(400)]  # a tiny model's "prompt"
 
@@ -63,10 +63,10 @@ def test_smollm2_pair_info_carries_what_the_check_measured(real_models):
 
 @pytest.mark.real
 def test_the_1_5b_target_is_bit_identical_in_every_verify_width_with_row_exact_attention(real_models):
-    """Found on an AVX2 Zen 3: with eager attention the 1.5B int8-weight target's verify rows differ from the
-    tokens fed alone from the third row of a 4-token verify on (softmax(QK^T) @ V blocks its inner dimension by
-    the key count), while the app said "bit-identical". Row-exact attention computes each row as alone; this
-    checks every width the loop verifies, on the real prompt, at a short and a long position."""
+    """With eager attention the 1.5B int8-weight target's verify rows can differ from the tokens fed alone
+    (softmax(QK^T) @ V blocks its inner dimension by the key count on some CPUs). Row-exact attention computes
+    each row as alone; this checks every width the loop verifies, on the real prompt, at a short and a long
+    position."""
     loaded = real_models.model(TARGET, "int8-weight")
     assert loaded.model.config._attn_implementation == ROW_EXACT
     check = check_identity(loaded)

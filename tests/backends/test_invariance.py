@@ -17,8 +17,7 @@ from engine.models.int8_weight import quantize_int8_weight
 from engine.models.loading import attention_for
 from tests.helpers.invariance import steps_off, verify_vs_alone
 from tests.helpers.tiny import tiny_model
-
-SMOL = "smollm2-135m-instruct"
+from tests.helpers.constants import SMOL
 
 
 def _tiny(precision: str):
@@ -57,9 +56,10 @@ def test_smollm2_verify_rows_equal_rows_fed_alone(real_models, precision, contex
 @pytest.mark.parametrize("name", ["qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct"])
 @pytest.mark.parametrize("context", [8, 600])
 def test_the_shipped_models_verify_rows_equal_rows_fed_alone(real_models, name, context):
-    """At the shipped models' own sizes (hidden 1536 / 896, MLP 8960 / 4864, 12 / 14 heads): on an AVX2 Zen 3 the
-    1.5B failed this with eager attention from k = 4 at context 8 and k = 8 at context 600 (3 of 16 eval prompts
-    diverged while the app said bit-identical). Row-exact attention (engine/models/attention.py) fixed it."""
+    """At the shipped models' own sizes (hidden 1536 / 896, MLP 8960 / 4864, 12 / 14 heads), at a short and a long
+    context: every row of a verify of width up to 9 equals the same token fed alone. Eager attention can fail this
+    on a CPU (its kernels block the inner dimension by the key count); row-exact attention
+    (engine/models/attention.py) computes each row as alone."""
     loaded = real_models.model(name, "int8-weight")
     gaps = verify_vs_alone(loaded.model, loaded.vocab_size, context, max_k=9)
     assert all(torch.equal(gap, torch.zeros_like(gap)) for gap in gaps.values()), \

@@ -14,33 +14,18 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.server import free_port
+from tests.helpers.tripwire import TRIPWIRE
 
 ROOT = Path(__file__).resolve().parents[2]
-TRIPWIRE = 99
-# the loaders a bench run calls first: the model pair (and any conversion) for bench.speed.modes, the embedder for both
-GUARD = """
-import runpy, sys
-
-def tripwire(*args, **kwargs):
-    print("LOADING", file=sys.stderr)
-    raise SystemExit({code})
-
-import engine.cache.embedder
-engine.cache.embedder.load_default_embedder = tripwire
-if {models}:
-    import engine.models.loading
-    for name in ("load_model", "load_tokenizer", "resolve_source"):
-        setattr(engine.models.loading, name, tripwire)
-sys.argv = [{tool!r}, *sys.argv[1:]]
-runpy.run_module({tool!r}, run_name="__main__")
-"""
 
 
 def run_tool(tool: str, *args: str) -> subprocess.CompletedProcess:
-    code = GUARD.format(code=TRIPWIRE, models=tool == "bench.speed.modes", tool=tool)
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
-                                            "HOME": str(Path.home())})
+    """``tool`` under the tripwire: the loaders a bench run calls first are replaced, the model pair (and any
+    conversion) for bench.speed.modes, the embedder for both."""
+    models = ["--models"] if tool == "bench.speed.modes" else []
+    return subprocess.run([sys.executable, "-m", "tests.helpers.tripwire", *models, tool, *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())})
 
 
 def assert_refused(result: subprocess.CompletedProcess, tool: str, *expected: str) -> None:

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-SMOL = "smollm2-135m-instruct"
+from tests.helpers.constants import SMOL
+
 real = pytest.mark.real
 
 

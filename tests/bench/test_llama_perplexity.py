@@ -9,8 +9,8 @@ import pytest
 from bench.peer.perplexity import llama_perplexity, parse_perplexity
 from bench.peer.server import PeerError
 from engine.models.catalog import model_gguf
+from tests.helpers.constants import SMOL
 
-SMOL = "smollm2-135m-instruct"
 ZEN = codecs.decode(this.s, "rot13")  # about 190 SmolLM2 tokens
 CONTEXT = 64  # llama-perplexity needs 2 * CONTEXT tokens
 THREADS = 1  # 2 threads spinning on 2 busy cores run 4x slower than one

@@ -11,8 +11,7 @@ import pytest
 
 from bench.peer.server import ServerConfig, find_llama_server, server_command
 from bench.peer.modes import PEER_MODES, peer_config, start_peers
-
-SMOL = "smollm2-135m-instruct"
+from tests.helpers.constants import SMOL
 
 
 def _value(command: list[str], flag: str) -> str:

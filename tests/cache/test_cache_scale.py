@@ -3,7 +3,7 @@ import pytest
 
 from bench.cache.scale import BATCH, SCOPE, fill, measure_exactness
 from engine.cache.semantic_cache import entry_key
-from tests.cache.test_semantic_cache import PrefixBlindEmbedder
+from tests.helpers.embedders import PrefixBlindEmbedder
 
 pytest.importorskip("redis")
 

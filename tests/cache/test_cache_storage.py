@@ -16,7 +16,8 @@ from engine.cache.disk_store import DiskStore
 from engine.cache.records import CacheRecord, mask_url
 from engine.cache.semantic_cache import SemanticCache, entry_key
 from engine.cache.store import Change, SearchingStore, Store, StoreUnavailable, Token
-from tests.cache.test_semantic_cache import SCOPE, PrefixBlindEmbedder
+from tests.helpers.constants import SCOPE
+from tests.helpers.embedders import PrefixBlindEmbedder
 
 ROOT = Path(__file__).resolve().parents[2]
 

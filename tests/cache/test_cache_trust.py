@@ -1,4 +1,4 @@
-"""Verify means verify (issue 16, finding 2): a wrong answer planted under an exact key, on disk or in a real
+"""Verify means verify: a wrong answer planted under an exact key, on disk or in a real
 Redis, never reaches the user unchecked. In verify mode the target checks an exact hit as one draft: served as
 ``cached`` only when it accepts every token, otherwise corrected (and the entry dropped or replaced). Direct
 mode serves exact hits as they are only from a store it trusts: the user's own directory, or any store whose
@@ -16,8 +16,8 @@ from engine.chat_engine import ChatEngine
 from engine.config import CacheConfig, SamplingConfig, SpecConfig
 from engine.errors import InvalidSettingError
 from engine.events import final_done
-from tests.cache.test_semantic_cache import PrefixBlindEmbedder
 from tests.helpers.tiny import tiny_pair
+from tests.helpers.embedders import PrefixBlindEmbedder
 
 SECRET = "a secret the instances share"
 GREEDY = SamplingConfig(max_new_tokens=12)

@@ -7,7 +7,7 @@ import torch
 from engine.cache.embedder import HashEmbedder
 from engine.cache.judge import yes_probability
 from engine.cache.semantic_cache import SemanticCache
-from tests.cache.test_semantic_cache import SCOPE
+from tests.helpers.constants import SCOPE, SMOL
 
 
 class AliasEmbedder(HashEmbedder):
@@ -77,7 +77,7 @@ def test_verify_mode_never_asks_the_judge(tmp_path):
 def test_the_reused_prompt_prefix_gives_the_same_probability_as_a_fresh_forward(real_models):
     from engine.cache.judge import LLMJudge
 
-    loaded = real_models.model("smollm2-135m-instruct", "fp32")
+    loaded = real_models.model(SMOL, "fp32")
     warm = LLMJudge(loaded, threshold=0.5)
     first = warm.probability(*SYNONYMS)
     second = warm.probability(*NUMBERS)  # rolls back to the shared prefix, then prefills only the new pair

@@ -1,5 +1,5 @@
-"""A paraphrase judge for every precision the app loads on a CPU (issue 27, finding 9), and the command that
-calibrates one (bench.cache.calibrate)."""
+"""A paraphrase judge for every precision the app loads on a CPU, or a sentence saying why none judges, and the
+command that calibrates one (bench.cache.calibrate)."""
 from __future__ import annotations
 
 import json
@@ -11,6 +11,7 @@ from bench.cache import calibrate
 from engine.cache.guards import judge_decides
 from engine.cache.judge import CANNOT_JUDGE, YES_THRESHOLDS, judge_for, uncalibrated_note
 from engine.models.hardware import AUTO_PRECISION
+from tests.helpers.constants import SMOL
 
 QWEN = ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct")
 CPU_KINDS = ("amx", "avx512-bf16", "avx512", "avx2", "baseline")
@@ -68,7 +69,7 @@ def test_calibrate_scores_every_pair_with_the_real_model(tmp_path, capsys):
         lines = f.readlines()[:6]
     pairs, out = tmp_path / "p.jsonl", tmp_path / "out.json"
     pairs.write_text("".join(lines))
-    assert calibrate.main(["--pairs", str(pairs), "--judge", "smollm2-135m-instruct", "--judge-precision", "fp32",
+    assert calibrate.main(["--pairs", str(pairs), "--judge", SMOL, "--judge-precision", "fp32",
                            "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["precision"] == "fp32" and len(report["pairs"]) == 6

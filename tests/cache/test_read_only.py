@@ -1,4 +1,4 @@
-"""Read-only setups work (issue 16, finding 3): models converted elsewhere load from a read-only cache
+"""Read-only setups work: models converted elsewhere load from a read-only cache
 directory, a read-only semantic cache is served read-only with a note, nothing is renamed unless SQLite calls
 it corrupt, every way of naming the cache directory is checked alike, and a failed conversion leaves no lock.
 
@@ -14,9 +14,8 @@ from engine.cache.store import StoreUnavailable
 from engine.errors import ModelFormatError
 from engine.models.catalog import BUILTIN_MODELS, CACHE_DIR_ENV, builtin_dir, user_gguf_dir
 from tests.helpers.readonly import read_only
-from tests.cache.test_semantic_cache import SCOPE, PrefixBlindEmbedder
-
-SMOL = "smollm2-135m-instruct"
+from tests.helpers.constants import SCOPE, SMOL
+from tests.helpers.embedders import PrefixBlindEmbedder
 
 
 def tree(root: Path) -> dict:

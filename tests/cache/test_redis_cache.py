@@ -9,7 +9,8 @@ from engine.cache.records import CacheRecord
 from engine.cache.redis_store import RedisStore
 from engine.cache.semantic_cache import SemanticCache, entry_key
 from tests.helpers.redis_server import RedisServer, wait_until
-from tests.cache.test_semantic_cache import SCOPE, PrefixBlindEmbedder
+from tests.helpers.constants import SCOPE
+from tests.helpers.embedders import PrefixBlindEmbedder
 
 pytest.importorskip("redis")
 

@@ -8,7 +8,8 @@ from engine.cache.disk_store import DiskStore
 from engine.cache.redis_store import RedisStore
 from engine.cache.semantic_cache import SemanticCache, entry_key
 from tests.helpers.redis_server import wait_until
-from tests.cache.test_semantic_cache import SCOPE, PrefixBlindEmbedder
+from tests.helpers.constants import SCOPE
+from tests.helpers.embedders import PrefixBlindEmbedder
 
 pytest.importorskip("redis")
 

@@ -3,7 +3,6 @@ import glob
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -15,22 +14,16 @@ from engine.errors import InvalidSettingError
 from engine.cache.semantic_cache import CacheHit, SemanticCache, entry_key, make_scope, normalise_prompt
 from engine.cache.stats import CacheEntry, CacheStats
 from engine.cache.store import StoreUnavailable
+from tests.helpers.constants import SCOPE
+from tests.helpers.embedders import PrefixBlindEmbedder
 
 REPO = Path(__file__).resolve().parents[2]
-SCOPE = make_scope("qwen-1.5b", "bf16", SamplingConfig(), "You are helpful.", [])
 
 
 @pytest.fixture(scope="module")
 def minilm():
     """The real MiniLM embedder: only for tests about what counts as a paraphrase (marked ``real``)."""
     return load_default_embedder()
-
-
-class PrefixBlindEmbedder(HashEmbedder):
-    """Fake: ignores a leading "please ", so "please X" is a semantic (not exact) match of "X"."""
-
-    def encode(self, texts):
-        return super().encode([t.removeprefix("please ") for t in texts])
 
 
 def _store(cache, prompt, scope=SCOPE, answer="an answer", complete=True):
@@ -204,26 +197,11 @@ def test_a_file_in_place_of_the_directory_is_left_alone_and_the_cache_is_unavail
 
 
 # ---- processes and scale ---------------------------------------------------------------------------
-_WRITER = textwrap.dedent("""
-    import sys
-    from engine.cache.embedder import HashEmbedder
-    from engine.cache.semantic_cache import SemanticCache
-    directory, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    cache = SemanticCache(directory, HashEmbedder(64))
-    print("ready", flush=True)
-    for half in (range(n // 2), range(n // 2, n)):
-        sys.stdin.readline()  # each half starts when the test says so: the writers interleave by construction
-        for i in half:
-            assert cache.store(f"{name} question {i}", "scope", f"{name} answer {i}", [i], complete=True)
-        print("half", flush=True)
-""")
-
-
 def test_two_processes_writing_at_once_lose_nothing(tmp_path):
     directory, n = str(tmp_path / "c"), 600
     reader = SemanticCache(directory, PrefixBlindEmbedder(64))
     assert len(reader) == 0  # index loaded before the writers start
-    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, directory, name, str(n)], cwd=REPO,
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.helpers.cache_writer", directory, name, str(n)], cwd=REPO,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for name in ("alpha", "beta")]
     assert [p.stdout.readline().strip() for p in procs] == ["ready", "ready"]
     for p in procs:  # both write their first halves, then both their second: each writes while the other has

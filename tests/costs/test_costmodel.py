@@ -1,4 +1,6 @@
 """The cost model, the adaptive k on synthetic timings, and the machine classification behind ``auto``."""
+from pathlib import Path
+
 import pytest
 
 from engine.costs.costmodel import CostFit, StepCosts, expected_tokens, fit_line
@@ -8,6 +10,7 @@ from engine.costs.kpolicy import AdaptiveK, FixedK, KChoice, StepRecord
 ZEN4 = frozenset({"avx2", "avx512f", "avx512_bf16", "avx512_vnni"})
 SAPPHIRE_RAPIDS = ZEN4 | {"amx_bf16", "amx_tile", "amx_int8"}
 HASWELL = frozenset({"avx2", "fma"})
+REPO = Path(__file__).resolve().parents[2]
 
 
 def model_step(n_accepted: int, n_drafted: int, draft_s: float, verify_s: float, n_fed: int) -> StepRecord:
@@ -160,9 +163,8 @@ def test_avx2_emulation_env_is_detected_as_avx2():
     import subprocess
     import sys
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-    out = subprocess.run([sys.executable, "-c", "from engine.models.hardware import detect_machine;"
-                          "print(detect_machine('cpu').kind)"],
-                         env=env, capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run([sys.executable, "-m", "tests.helpers.machine_kind"], cwd=REPO, env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
     assert out == ["avx2"]
 
 

@@ -11,6 +11,7 @@ from engine.decode.stream import TokenStream
 from engine.proposers.draft_model import DraftModelProposer
 from engine.costs.kpolicy import FixedK
 from tests.helpers.tiny import cached, run, tiny_pair
+from tests.helpers.constants import SMOL
 
 PROMPT = [3, 4, 5, 6]
 N = 5
@@ -91,7 +92,7 @@ def test_a_byte_level_token_keeps_the_bytes_of_half_a_character():
     from engine.decode.detok import TokenSpeller
     from engine.models.loading import load_tokenizer
 
-    tokenizer = load_tokenizer("smollm2-135m-instruct")
+    tokenizer = load_tokenizer(SMOL)
     speller = TokenSpeller(tokenizer)
     text = "héllo 日本 ok"
     spelled = [speller.candidate(i, None) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]

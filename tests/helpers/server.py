@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.constants import SMOL
+
 ROOT = Path(__file__).resolve().parents[2]
-SMOL_PAIR = ["--target", "smollm2-135m-instruct", "--draft", "smollm2-135m-instruct", "--draft-precision", "nf4"]
+SMOL_PAIR = ["--target", SMOL, "--draft", SMOL, "--draft-precision", "nf4"]
 STARTUP_S = 600  # a loaded CI machine can take minutes to load and measure
 
 

@@ -17,6 +17,7 @@ from engine.lab.fidelity import pit_values, uniformity
 from engine.lab.grid import ADAPTIVE, OWN, ExperimentGrid, parse_ks, parse_temperatures
 from engine.costs.costmodel import StepCosts, break_even_alpha
 from tests.helpers.tiny import tiny_pair
+from tests.helpers.constants import SMOL
 
 GRID = dict(sets=(OWN,), prompts=("abc def abc", "hello world"), target="tiny-target", drafts=("tiny-draft",),
             draft_precisions=("fp32",), target_precisions=("fp32",), max_new_tokens=12, seed=7)
@@ -168,9 +169,9 @@ def test_a_cells_command_reads_its_prompts_from_the_saved_json(tmp_path):
 @pytest.mark.real
 def test_a_real_pair_reruns_to_the_same_tokens_and_accept_counts(real_models):
     """SmolLM2-135M (int8-weight target, nf4 draft): the saved grid run again on the same machine."""
-    e = real_models.engine("smollm2-135m-instruct", "int8-weight", "smollm2-135m-instruct", "nf4")
-    grid = ExperimentGrid(sets=("code",), ks=(3,), temperatures=(0.0, 1.0), target="smollm2-135m-instruct",
-                          drafts=("smollm2-135m-instruct",), draft_precisions=("nf4",),
+    e = real_models.engine(SMOL, "int8-weight", SMOL, "nf4")
+    grid = ExperimentGrid(sets=("code",), ks=(3,), temperatures=(0.0, 1.0), target=SMOL,
+                          drafts=(SMOL,), draft_precisions=("nf4",),
                           target_precisions=("int8-weight",), prompts_per_set=1, max_new_tokens=24, seed=3)
     first = run(e, grid)[-1].result
     again = run(e, ExperimentGrid.from_dict(json.loads(json.dumps(first["grid"]))))[-1].result
@@ -193,7 +194,7 @@ def test_the_experiment_cli_prints_its_estimate_before_it_runs(tmp_path):
     from tests.helpers.server import ROOT, link_models
 
     link_models(tmp_path)
-    name, speed = "smollm2-135m-instruct", 3.5
+    name, speed = SMOL, 3.5
     BaselineStore(tmp_path / "baselines.json").put(speed_key(name, "int8-weight", str(default_device())),
                                                    {"tokens_per_s": speed, "measured_at": "2025-06-01 09:30"})
     grid = ExperimentGrid(sets=("code",), ks=(2,), temperatures=(0.0,), target=name, drafts=(name,),

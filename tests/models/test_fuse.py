@@ -8,8 +8,7 @@ from engine.backends.torch_runner import ModelRunner
 from engine.models.fuse import FusedMLP, FusedQKV
 from engine.models.int4_weight import quantize_int4
 from tests.helpers.tiny import tiny_model
-
-SMOL = "smollm2-135m-instruct"
+from tests.helpers.constants import SMOL
 
 
 def _logits(model, vocab: int) -> list[torch.Tensor]:

@@ -10,8 +10,8 @@ from engine.models.int4_weight import (GROUP, Int4WeightLinear, affine_groups, d
                                        quantize_int4)
 from engine.models.loading import wrap_model
 from tests.helpers.tiny import tiny_model
+from tests.helpers.constants import SMOL
 
-SMOL = "smollm2-135m-instruct"
 TARGET = "qwen2.5-coder-1.5b-instruct"
 
 

@@ -12,9 +12,9 @@ from engine.errors import (EmptyPromptError, IncompatiblePairError, ModelIntegri
 from engine.models.calibrate import CALIBRATION_TOKENS
 from engine.models.loading import default_device, load_model, plan_precisions, resolve_source
 from engine.chat_engine import ChatEngine
+from tests.helpers.constants import SMOL
 
 pytestmark = pytest.mark.real
-SMOL = "smollm2-135m-instruct"
 # Device-aware: what each device can run (int8-dynamic and int8-weight are CPU kernels; bitsandbytes is not on MPS)
 DEVICE = default_device().type
 ROUGH_DRAFT = {"cpu": "int8", "cuda": "int8", "mps": "fp16"}[DEVICE]  # a draft that sometimes disagrees
@@ -246,7 +246,7 @@ def test_auto_precision_is_the_machine_choice_and_said_so(smol_int8_target):
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_smollm2_int4_target_is_bit_identical_with_every_proposer(real_models, prompt):
     """An int4 target on the CPU (eager attention) is batch-invariant: greedy speculation gives exactly the
-    target-only tokens, every proposer, no ties to explain (issue: bit-for-bit identity)."""
+    target-only tokens, every proposer, no ties to explain."""
     from engine.config import CACHE_OFF, DEFAULT_SPEC
     engine = real_models.engine(SMOL, "int4", SMOL, "int4")
     assert engine.info().bit_identical

@@ -119,6 +119,42 @@ def test_no_package_imports_one_above_it():
     assert wrong == []
 
 
+# What the app may import from the engine: the surface (the Protocol, its values and the re-exports the app
+# builds from), the settings (validated once, where they are defined), and the errors and events it renders.
+APP_MAY_IMPORT = ("engine.surface", "engine.config", "engine.errors", "engine.events")
+
+
+def engine_imports(path: Path) -> set[str]:
+    """The engine modules ``path`` imports, lazy imports included (``from engine import x`` counts as engine.x)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {f"engine.{a.name}" for a in node.names} if node.module == "engine" else {node.module}
+    return {name for name in found if name == "engine" or name.startswith("engine.")}
+
+
+def imports_past_the_surface(root: Path = REPO) -> list[str]:
+    """``file: module`` for each engine module a file under ``root``/app imports that is not in APP_MAY_IMPORT."""
+    return [f"{p.relative_to(root)}: {m}" for p in sorted((root / "app").rglob("*.py"))
+            for m in sorted(engine_imports(p)) if m not in APP_MAY_IMPORT]
+
+
+def test_the_surface_check_sees_an_app_module_importing_past_it(tmp_path):
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "tab.py").write_text(
+        "from engine.surface import EngineSurface\nfrom engine.errors import EngineError\n"
+        "from engine.lab.grid import ExperimentGrid\n\n\ndef lazy():\n    import engine.cache.store\n"
+        "    from engine import chat_engine\n")
+    assert imports_past_the_surface(tmp_path) == ["app/tab.py: engine.cache.store", "app/tab.py: engine.chat_engine",
+                                                  "app/tab.py: engine.lab.grid"]
+
+
+def test_the_app_imports_the_engine_only_through_its_allow_list():
+    assert imports_past_the_surface() == []
+
+
 def test_engine_root_is_small_and_app_stays_out_of_engine():
     root = sorted(p.name for p in (REPO / "engine").glob("*.py"))
     assert len(root) <= 8, root
@@ -138,14 +174,6 @@ def test_pyproject_lists_every_package():
                 assert (folder / "__init__.py").exists(), f"{folder} has modules but no __init__.py"
 
 
-_IMPORT_ALL = """
-import importlib, sys
-target = sys.argv[1]
-outside = [m for m in sys.argv[2:] if not importlib.import_module(m).__file__.startswith(target)]
-assert not outside, f"not installed, imported from the source tree instead: {outside}"
-"""
-
-
 @pytest.mark.real  # builds a wheel: slow for the fast tier
 def test_a_non_editable_install_ships_every_module(tmp_path):
     site = tmp_path / "site"
@@ -153,8 +181,8 @@ def test_a_non_editable_install_ships_every_module(tmp_path):
                    check=True, capture_output=True, text=True)
     modules = sorted(m for m in project_modules() if m != "launch")
     env = {**os.environ, "PYTHONPATH": str(site)}
-    result = subprocess.run([sys.executable, "-c", _IMPORT_ALL, str(site), *modules], cwd=tmp_path, env=env,
-                            capture_output=True, text=True)
+    result = subprocess.run([sys.executable, str(REPO / "tests" / "helpers" / "import_all.py"), str(site), *modules],
+                            cwd=tmp_path, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
 
 
@@ -188,10 +216,20 @@ def test_the_size_checks_see_a_long_function(tmp_path):
     assert long_functions(tmp_path / "m.py", MAX_FUNCTION_LINES, root=tmp_path) == ["m.py:5 long (61 lines)"]
 
 
+def long_files(paths: list[Path], limit: int, root: Path = REPO) -> list[str]:
+    """``file (n)`` for each of ``paths`` longer than ``limit`` lines."""
+    return [f"{p.relative_to(root)} ({n})" for p in paths if (n := len(p.read_text().splitlines())) > limit]
+
+
+def test_the_size_checks_see_a_long_file(tmp_path):
+    for name, n in (("at_limit.py", MAX_FILE_LINES), ("over.py", MAX_FILE_LINES + 1)):
+        (tmp_path / name).write_text("".join(f"x{i} = {i}\n" for i in range(n)))
+    paths = sorted(tmp_path.glob("*.py"))
+    assert long_files(paths, MAX_FILE_LINES, root=tmp_path) == [f"over.py ({MAX_FILE_LINES + 1})"]
+
+
 def test_no_file_over_300_lines_outside_tests():
-    big = [f"{p.relative_to(REPO)} ({n})" for p in source_files()
-           if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES]
-    assert big == []
+    assert long_files(source_files(), MAX_FILE_LINES) == []
 
 
 def test_no_function_over_50_lines_outside_tests():
@@ -206,3 +244,53 @@ def test_chat_engine_is_a_thin_facade():
 
 def test_the_readme_is_a_tour():
     assert len((REPO / "README.md").read_text().splitlines()) <= 350
+
+
+# -- the tests: what they share lives in tests/helpers, and a test is code, not a string run in a subprocess --
+def imports_of_test_modules(root: Path = REPO) -> list[str]:
+    """``file: module`` for each import, anywhere under ``root``/tests, of a test module (``test_*``); relative
+    imports and lazy ones included."""
+    found = []
+    for path in sorted((root / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                module = "." * node.level + (node.module or "")
+                names = [module, *(f"{module.rstrip('.')}.{a.name}" for a in node.names)]
+            else:
+                continue
+            found += [f"{path.relative_to(root)}: {n}" for n in dict.fromkeys(names)
+                      if any(part.startswith("test_") for part in n.split("."))]
+    return found
+
+
+INTERPRETERS = ("sys.executable", "'python'", "'python3'")
+
+
+def code_strings_run(root: Path = REPO) -> list[str]:
+    """``file:line`` for each interpreter command under ``root``/tests (a list starting with ``sys.executable``)
+    that is handed code as a string (``-c``). A helper module run with ``python -m tests.helpers.NAME`` is read,
+    checked and imported like the rest."""
+    return [f"{path.relative_to(root)}:{node.lineno}" for path in sorted((root / "tests").rglob("*.py"))
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.List, ast.Tuple)) and node.elts and ast.unparse(node.elts[0]) in INTERPRETERS
+            and any(isinstance(e, ast.Constant) and e.value == "-c" for e in node.elts[1:])]
+
+
+def test_the_test_checks_see_a_test_importing_a_test_and_a_code_string(tmp_path):
+    (tmp_path / "tests" / "cache").mkdir(parents=True)
+    (tmp_path / "tests" / "cache" / "test_b.py").write_text(
+        "import subprocess, sys\nfrom tests.helpers.constants import SMOL\nfrom tests.cache.test_a import SCOPE\n\n\n"
+        "def test_b():\n    from .test_a import Embedder\n    subprocess.run([sys.executable, \"-c\", \"pass\"])\n")
+    found = ["tests.cache.test_a", "tests.cache.test_a.SCOPE", ".test_a", ".test_a.Embedder"]
+    assert imports_of_test_modules(tmp_path) == [f"tests/cache/test_b.py: {name}" for name in found]
+    assert code_strings_run(tmp_path) == ["tests/cache/test_b.py:8"]
+
+
+def test_no_test_module_imports_another():
+    assert imports_of_test_modules() == []
+
+
+def test_no_test_runs_code_from_a_string():
+    assert code_strings_run() == []

@@ -11,8 +11,7 @@ from pathlib import Path
 
 from app.views.report.views import HEADERS, TABLE_COLUMNS, acceptance_chart, cell_text, doctor_html, speedup_chart
 from engine.errors import InvalidSettingError
-from engine.lab.grid import ExperimentGrid
-from engine.lab.results import COLUMNS, RESULT_VERSION
+from engine.surface import COLUMNS, RESULT_VERSION, ExperimentGrid
 
 CSV_COLUMNS = (*COLUMNS, "target_precision_used", "draft_precision_used", "series", "mean_k", "prompts", "seconds",
                "acceptance_by_position")

@@ -9,8 +9,7 @@ from html import escape
 import pandas as pd
 
 from app.views.report.svg_chart import PALETTE, Series, legend, line_chart
-from engine.lab.results import COLUMNS
-from engine.costs.costmodel import StepCosts
+from engine.surface import COLUMNS, StepCosts
 
 HEADERS = {"cell": "cell", "prompt_set": "set", "k": "k", "temperature": "T", "proposer": "proposer",
            "draft": "draft", "draft_precision": "draft prec.", "target_precision": "target prec.",

@@ -14,8 +14,9 @@ from bench.speed.forward import default_precisions
 from engine.errors import DeviceOutOfMemoryError, InvalidSettingError, MissingDependencyError
 from engine.models import devices
 from engine.models.devices import ModelSize, choose_gpu_precisions
-from engine.models.hardware import detect_machine, describe_choice
-from engine.models.loading import _quantization_kwargs, default_device, load_model, plan_precisions
+from engine.models.auto import describe, plan_precisions
+from engine.models.hardware import detect_machine
+from engine.models.loading import _quantization_kwargs, default_device, load_model
 from tests.helpers.tiny import tiny_model
 
 CUDA, MPS, CPU = torch.device("cuda"), torch.device("mps"), torch.device("cpu")
@@ -74,14 +75,16 @@ def test_default_device_is_cuda_then_mps_then_cpu(monkeypatch, gpu):
 def test_mps_machine_is_named_in_the_precision_note(mac):
     machine = detect_machine("mps")
     assert machine.kind == "mps" and machine.describe().startswith("Apple GPU (MPS)")
-    note = describe_choice(machine, "bf16", "bf16", reason="why")
-    assert note == "Apple GPU (MPS) -> target bf16 (auto), draft bf16 (auto): why"
+    note = describe(machine, {"target": "bf16", "draft": "bf16"}, {"target", "draft"}, ["why"])
+    assert note == "Apple GPU (MPS) [mps] -> target bf16 (auto), draft bf16 (auto): why"
 
 
 # -- what auto picks ----------------------------------------------------------------------------------------------
 def test_mps_auto_is_bf16_for_both_never_int8_dynamic_or_nf4(mac, tiny_source):
     plan = plan_precisions({"target": (tiny_source, None), "draft": (tiny_source, None)}, MPS)
-    assert plan.precisions == {"target": "bf16", "draft": "bf16"} and plan.reason == ""
+    assert plan.precisions == {"target": "bf16", "draft": "bf16"}
+    assert plan.reason == ("Apple GPU (MPS) [mps] -> target bf16 (auto), draft bf16 (auto): bf16: the 16-bit "
+                           "precision Apple's MPS computes in")
     mac.bf16 = False  # macOS 13: MPS has no bf16
     plan = plan_precisions({"target": (tiny_source, None), "draft": (tiny_source, "auto")}, MPS)
     assert plan.precisions == {"target": "fp16", "draft": "fp16"} and "no bf16" in plan.reason

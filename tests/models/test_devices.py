@@ -90,6 +90,24 @@ def test_mps_auto_is_bf16_for_both_never_int8_dynamic_or_nf4(mac, tiny_source):
     assert plan.precisions == {"target": "fp16", "draft": "fp16"} and "no bf16" in plan.reason
 
 
+def test_the_auto_sentence_in_launch_help_is_the_pair_lines(monkeypatch, capsys, tiny_source):
+    """launch.py --help says what auto picks here for the default pair, and why: the very sentence the UI's pair
+    line (PairInfo.precision_note), the bench header and /v1/models show once that pair loads."""
+    import launch
+    from engine.chat_engine import ChatEngine
+    from engine.models import auto
+
+    monkeypatch.setattr(auto, "DEFAULT_TARGET", tiny_source)  # a default pair that loads in a second
+    monkeypatch.setattr(auto, "DEFAULT_DRAFT", tiny_source)
+    with pytest.raises(SystemExit):
+        launch.parse_args(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    info = ChatEngine().load_pair(tiny_source, tiny_source)  # auto for both
+    assert info.precision_note.startswith(detect_machine("cpu").describe() + " -> target ")
+    assert f"Here auto picks, for the default pair: {' '.join(info.precision_note.split())}" in help_text
+    assert "gguf (llama.cpp on CPU" in help_text
+
+
 def test_cuda_auto_is_bf16_when_the_pair_fits_free_memory_and_says_so(gpu, tiny_source):
     plan = plan_precisions({"target": (tiny_source, None), "draft": (tiny_source, None)}, CUDA)
     assert plan.precisions == {"target": "bf16", "draft": "bf16"}

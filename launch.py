@@ -17,7 +17,8 @@ import time
 import webbrowser
 from pathlib import Path
 
-from engine.config import PRECISIONS  # a plain module: no torch, so --help stays instant
+from engine.config import AUTO, PRECISIONS
+from engine.precision import overview
 
 API_KEY_ENV = "SPECLENS_API_KEY"
 CACHE_URL_ENV = "SPECLENS_CACHE_URL"
@@ -34,13 +35,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(default: qwen2.5-coder-1.5b-instruct)")
     p.add_argument("--draft", default=None, help="draft model, same forms as --target "
                                                  "(default: qwen2.5-coder-0.5b-instruct)")
-    p.add_argument("--target-precision", choices=PRECISIONS, default="auto",
-                   help="precision of the target (default: auto = measured fastest for this machine: on a CUDA GPU "
-                        "bf16 when the pair fits its free memory, else nf4; bf16 on Apple Silicon (MPS); int4 on "
-                        "AVX-512 and AMX CPUs, int8-weight on AVX2 and older CPUs)")
-    p.add_argument("--draft-precision", choices=PRECISIONS, default="auto",
-                   help="precision of the draft (default: auto = bf16 on a GPU, nf4 when even an nf4 "
-                        "target leaves no room for it; int8-dynamic on CPU)")
+    from engine.models.auto import default_pair_note  # torch: what auto picks depends on the device
+
+    p.add_argument("--target-precision", choices=PRECISIONS, default=AUTO,
+                   help=f"precision of the target (default: auto): {overview()}. Here auto picks, for the default "
+                        f"pair: {default_pair_note()}".replace("%", "%%"))
+    p.add_argument("--draft-precision", choices=PRECISIONS, default=AUTO,
+                   help="precision of the draft (default: auto, which picks both: see --target-precision)")
     add_secret_options(p, "--api-key", "the API key",
                        help="guard the server with a key: the /v1 routes need 'Authorization: Bearer KEY', the UI "
                             "and Gradio's API a login with the key as password (default: $SPECLENS_API_KEY; unset: "

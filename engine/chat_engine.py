@@ -43,9 +43,9 @@ class ChatEngine:
                   target_precision: str | None = None, draft_precision: str | None = None) -> PairInfo:
         return self.slot.load(target, draft, target_precision, draft_precision).info()
 
-    def use_models(self, target: LoadedModel, draft: LoadedModel, reason: str = "") -> None:
+    def use_models(self, target: LoadedModel, draft: LoadedModel) -> None:
         """Install already-loaded models (tests, benchmarks)."""
-        self.slot.install(target, draft, reason)
+        self.slot.install(target, draft)
 
     def info(self) -> PairInfo:
         return self.slot.require().info()

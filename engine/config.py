@@ -9,28 +9,10 @@ from dataclasses import dataclass
 from numbers import Integral, Real
 
 from engine.errors import InvalidSettingError
+from engine.precision import RECORDS
 
-# int8-dynamic: torch's dynamic int8 Linear layers (fbgemm) on CPU, 3x faster per token than bf16 for a 0.5B
-# draft here; bitsandbytes int8/nf4 save memory but run slower than bf16 on CPU.
-# auto: the measured fastest for this machine and role (engine.models.hardware.AUTO_PRECISION).
-# int8-weight: int8 weights with bf16 activations (engine/models/int8_weight.py); unlike int8-dynamic, a token's
-# logits do not depend on the other tokens of the forward, so it keeps a target lossless.
-AUTO = "auto"
-# int4: 4-bit weights in affine groups of 32 with bf16 activations (engine/models/int4_weight.py); from a GGUF it
-# keeps the file's own Q4_K/Q4_1 grid. CPU only.
-# gguf: the GGUF file's own quantisation, run by llama.cpp (engine/backends/llama_cpp.py): CPU only, needs llama-cpp-python.
-PRECISIONS = (AUTO, "bf16", "fp16", "fp32", "int8", "nf4", "int8-dynamic", "int8-weight", "int4", "gguf")
-# Explicit mantissa bits of the numbers the logits are computed in, per precision. bnb int8/nf4 compute in bf16;
-# int8-dynamic quantises the activations to 8 bits, at least as coarse as bf16; int8-weight computes in bf16.
-MANTISSA_BITS = {"bf16": 7, "fp16": 10, "nf4": 7, "int8": 7, "int8-dynamic": 7, "int8-weight": 7, "int4": 7, "fp32": 23,
-                 "gguf": 7}  # llama.cpp: fp32 sums of 8-bit activations times 4-bit weights, coarser than bf16
-
-
-def rounding_step(precision: str, value: float) -> float:
-    """Spacing of representable numbers near ``value`` in ``precision`` (bf16 near 20: 0.125)."""
-    exponent = math.floor(math.log2(abs(value))) if value else 0
-    return 2.0 ** (exponent - MANTISSA_BITS.get(precision, 7))
-
+AUTO = "auto"  # not a precision: the chooser (engine.models.auto.plan_precisions) picks one per role
+PRECISIONS = (AUTO, *RECORDS)  # what a precision setting may be (engine/precision.py: what each one is)
 
 MAX_K = 64
 MAX_NEW_TOKENS = 8192

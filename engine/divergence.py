@@ -11,33 +11,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from engine.config import rounding_step  # noqa: F401 (engine.divergence.rounding_step, as before)
 from engine.models.loading import LoadedModel, runner_for
 from engine.backends.torch_runner import common_prefix
-
-# A hint, never a promise: the precisions whose CPU kernels compute each output row from its own input row, so that
-# with row-exact attention (engine/models/attention.py) a verify row can equal the same token fed alone. Whether it
-# does on this machine is measured when a pair loads (engine/decode/identity.py, PairInfo.bit_identical); the tests
-# check it at the shipped models' sizes (tests/backends/test_invariance.py). The others round differently between the two
-# shapes, so an argmax can flip where the top two logits are that close: a rounding tie (``tie_margin``).
-BATCH_INVARIANT = frozenset({"int8-weight", "int4"})
-# The one tie rule, for every precision and both uses (a divergence's explanation, the exact-hit check): a gap of
-# up to ``tie_steps(precision)`` rounding steps of the top logit is a tie. That is about twice the drift measured
-# between a token scored alone and inside a verify forward (SmolLM2, k = 1..16, AVX-512 BF16 CPU: bf16 4.25 steps,
-# fp32 30 fp32 steps, MKL's GEMM blocking by row count; tests/backends/test_invariance.py checks the bound holds here).
-# fp32 gets more steps: its logits are spaced 2^16 times finer than bf16's, the accumulated GEMM error is not.
-# gguf (llama.cpp): the load-time check measured 9.1 steps (1.5B) and 8.5 (SmolLM2) on an AVX2 Zen 3, so 16.
-TIE_STEPS = {"fp32": 64, "gguf": 16}
-DEFAULT_TIE_STEPS = 8
-
-
-def tie_steps(precision: str) -> int:
-    return TIE_STEPS.get(precision, DEFAULT_TIE_STEPS)
-
-
-def tie_margin(precision: str, top_logit: float) -> float:
-    """The largest gap below ``top_logit`` that is still a rounding tie in ``precision``."""
-    return tie_steps(precision) * rounding_step(precision, top_logit)
+from engine.precision import rounding_step, tie_margin
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ MB = 2**20
 
 def check_auto(ctx):
     from engine.models.devices import gpu_memory
-    from engine.models.loading import plan_precisions
+    from engine.models.auto import plan_precisions
     free, total = gpu_memory(ctx.device)
     plan = plan_precisions({"target": (ctx.target, None), "draft": (ctx.draft, None)}, ctx.device)
     return f"{plan.precisions} ({plan.reason}); {free / 2**30:.1f} of {total / 2**30:.1f} GiB free"
@@ -58,7 +58,7 @@ def check_runner(ctx):
 
 def check_rows(ctx):
     import torch
-    from engine.divergence import rounding_step
+    from engine.precision import rounding_step
     from engine.models.loading import load_model, runner_for
     ids, parts = ctx.ids(40), []
     for precision in ("bf16", "nf4"):

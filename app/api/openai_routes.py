@@ -165,6 +165,7 @@ def add_openai_routes(app: FastAPI, ctx: AppContext, api_key: str | None = None)
                                          ("draft", pair["draft"], pair["draft_precision"])]
         return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "speclens",
                                             "x_role": role, "x_precision": prec, "x_runner": pair["runner"],
+                                            "x_precision_note": pair["precision_note"],
                                             **({"x_identity": identity(ctx)} if role == "target" else {})}
                                            for role, name, prec in roles]}
 

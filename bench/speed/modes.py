@@ -35,6 +35,7 @@ from engine.cache.cached_chat import chat_scope
 from engine.cache.embedder import load_default_embedder
 from engine.cache.semantic_cache import SemanticCache
 from engine.events import final_done
+from engine.precision import TORCH, precision as record
 from bench.speed.summary import format_table, summarize  # noqa: F401 (the bench's table)
 from bench.cli import arguments_checked, read_jsonl
 from bench.peer.modes import PEER_MODES, start_peers
@@ -242,7 +243,8 @@ def main(argv: list[str] | None = None) -> None:
     engine = ChatEngine()
     info = engine.load_pair(args.target, args.draft, args.dtype, args.draft_dtype)
     print_pair(info)
-    if "hf-assisted" in modes and "gguf" in (info.target_precision, info.draft_precision):
+    pair = (info.target_precision, info.draft_precision)
+    if "hf-assisted" in modes and any(record(p).backend != TORCH for p in pair):
         parser.exit(2, "hf-assisted runs transformers' generate on torch models, and this pair runs on llama.cpp "
                        "(precision gguf): leave the mode out, or give --dtype/--draft-dtype a torch precision\n")
     with ExitStack() as stack:

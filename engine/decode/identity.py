@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from engine.config import rounding_step
+from engine.precision import rounding_step
 
 # The verify widths (k + 1) checked: every k up to 5, where the adaptive k spends nearly all its steps on a CPU,
 # then k = 8 and the widest model draft (k_max 16). About 30 s for the 1.5B target on 2 Zen 3 cores, 2 s for SmolLM2.
@@ -54,7 +54,7 @@ def measure_identity(runner, text_ids: list[int], precision: str, widths: tuple[
                      positions: tuple[int, ...] = (SHORT_POSITION, LONG_POSITION), where: str = "") -> IdentityCheck:
     """Compare each row of a forward of n tokens (n in ``widths``) at each of ``positions`` with the same tokens
     fed one at a time; a drift is counted in rounding steps of the row's top logit in ``precision``
-    (engine.config.rounding_step). ``text_ids``: a real prompt's ids, repeated when shorter than
+    (engine.precision.rounding_step). ``text_ids``: a real prompt's ids, repeated when shorter than
     ``max(positions) + max(widths) + 1``. The runner is reset before and after."""
     start = time.perf_counter()
     ids = list(text_ids)

@@ -8,42 +8,27 @@ from __future__ import annotations
 
 import threading
 
-import torch
-
-from engine.config import PRECISIONS, SamplingConfig
+from engine.config import SamplingConfig
 from engine.lab.grid import PROMPT_SETS, Cell
 from engine.lab.results import DoctorReport
 from engine.lab.experiment import run_speculative
 from engine.models.calibrate import forward_costs
+from engine.models.devices import config_size
 from engine.models.loading import LoadedModel, runner_for
 from engine.models.prompt import encode_chat
 from engine.costs.costmodel import StepCosts, break_even_alpha, fit_line
+from engine.precision import RECORDS
 
 VERIFY_TOKENS = (1, 2, 4, 8, 16)
 DOCTOR_KS = tuple(range(1, 9))
 PROBE_PROMPTS = 3
-# bytes per parameter: (quantised Linear layers, everything else) for each precision (weights only)
-BYTES = {"fp32": (4, 4), "bf16": (2, 2), "int8": (1, 2), "nf4": (0.5, 2), "int8-dynamic": (1, 4),
-         "int8-weight": (1, 2)}
 TEMPLATE_PROBE = [{"role": "user", "content": "Hi"}]
 
 
-def parameter_split(config) -> tuple[int, int]:
-    """(parameters in the decoder's Linear layers, all other parameters) of a model with this config, counted on
-    an empty (meta) copy: the loaded model may be quantised. Shared tensors are counted once."""
-    from transformers import AutoModelForCausalLM
-
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    linear = sum(m.weight.numel() for name, m in model.named_modules()
-                 if isinstance(m, torch.nn.Linear) and "lm_head" not in name)
-    return linear, sum(p.numel() for p in model.parameters()) - linear
-
-
 def memory_gb(loaded: LoadedModel) -> dict[str, float]:
-    """Weights only, per precision."""
-    linear, rest = parameter_split(loaded.model.config)
-    return {p: (linear * BYTES[p][0] + rest * BYTES[p][1]) / 1e9 for p in PRECISIONS if p in BYTES}
+    """Weights only, per precision (each record's bytes per weight; the KV cache comes on top)."""
+    size = config_size(loaded.model.config)
+    return {name: size.bytes(name) / 1e9 for name in RECORDS}
 
 
 def kv_mb_per_1k(loaded: LoadedModel) -> float:

@@ -22,9 +22,10 @@ from engine.events import DoneEvent, final_done
 from engine.lab.fidelity import pit_values, target_probs, uniformity
 from engine.lab.grid import Cell, ExperimentGrid
 from engine.lab.results import RESULT_VERSION, LabUpdate, PromptRun, cell_row
+from engine.models.auto import plan_precisions
 from engine.models.calibrate import calibrate
 from engine.models.hardware import detect_machine
-from engine.models.loading import LoadedModel, check_pair, default_device, load_model, plan_precisions, runner_for
+from engine.models.loading import LoadedModel, check_pair, default_device, load_model, runner_for
 from engine.models.prompt import encode_chat
 from engine.costs.costmodel import StepCosts
 from engine.start.decode import start_reference, start_speculative

@@ -1,17 +1,13 @@
-"""Where the models run (a CUDA GPU, Apple's MPS, the CPU), what that device can do, and what ``auto`` picks there.
+"""Where the models run (a CUDA GPU, Apple's MPS, the CPU), what that device can do, and what it refuses.
 
 The probes (free GPU memory, bf16 support, torch's quantized engine) are small functions, so tests monkeypatch
-them; the choices are pure functions of what the probes return.
+them; the choices are pure functions of what the probes return (``choose_gpu_precisions``: what ``auto`` picks on a
+CUDA GPU, called by engine.models.auto.plan_precisions). What each precision runs on, and whether it can be the
+target, is its record's (engine/precision.py); the refusals here read it:
 
-- CUDA (``choose_gpu_precisions``): bf16 for both models when the pair's bf16 weights fit comfortably in free
-  memory (at most ``FIT_FRACTION`` of it: KV caches, activations and CUDA's own buffers need the rest); else nf4
-  (bitsandbytes, the design's 4-bit path for large targets) for what does not fit, the target first. GPUs
-  without bf16 (before Ampere) get fp16 instead.
-- MPS: bf16 for both (fp16 where this macOS has no bf16 on MPS); never int8-dynamic or nf4.
-- CPU: engine.models.hardware.AUTO_PRECISION; without a quantized engine (macOS wheels ship with ``none``) the
-  int8-dynamic draft uses qnnpack, or becomes bf16 where torch has no qnnpack either.
-- Refusals (``check_device_precision``, ``check_target_precision``): CPU-only precisions elsewhere,
-  bitsandbytes on MPS, and LLM.int8 as a target (not lossless).
+- ``check_device_precision``: a precision on a device it does not run on (the CPU's kernels elsewhere,
+  bitsandbytes on MPS), and int8-dynamic where torch has no quantized engine.
+- ``check_target_precision``: a precision that cannot be the target of a lossless loop (LLM.int8).
 """
 from __future__ import annotations
 
@@ -23,16 +19,9 @@ from dataclasses import dataclass
 import torch
 
 from engine.errors import DeviceOutOfMemoryError, InvalidSettingError, MissingDependencyError
+from engine.precision import CPU_ONLY, LLAMA_CPP, precision as record
 
 FIT_FRACTION = 0.7  # bf16 weights may take this share of the free GPU memory
-NF4_BYTES_PER_WEIGHT = 0.5 + 4 / 64  # 4-bit codes plus one fp32 absmax per 64-weight block (bitsandbytes)
-HALF_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-CPU_ONLY = ("int8-dynamic", "int8-weight", "int4", "gguf")  # torch's CPU kernels; llama.cpp's (built for the CPU)
-BITSANDBYTES = ("int8", "nf4")
-INT8_TARGET = ("int8 (bitsandbytes LLM.int8) cannot be the target: it picks its outlier columns across all the "
-               "tokens of a forward, so a token's logits depend on the other tokens verified with it and the "
-               "speculative answer would not be the target-only one; use nf4, bf16 or fp16 for the target "
-               "(int8 is fine for the draft)")
 DEVICE_LABELS = {"cuda": "a CUDA GPU", "mps": "Apple's MPS", "cpu": "the CPU"}
 
 
@@ -89,38 +78,33 @@ def prepare_quantized_engine() -> tuple[bool, str]:
     return False, "this torch has no quantized engine (not even qnnpack): no int8-dynamic draft, bf16 instead"
 
 
-def adapt_auto(precision: str, device: torch.device) -> tuple[str, str]:
-    """The table's auto choice made runnable on ``device``: (precision, why it changed or '')."""
-    if precision in ("bf16", "fp16") and device.type in ("cuda", "mps"):
-        half = half_precision(device)
-        return half, "" if half == "bf16" else f"fp16: {DEVICE_LABELS[device.type]} here has no bf16"
-    if precision == "int8-dynamic" and device.type == "cpu":
-        ready, note = prepare_quantized_engine()
-        return ("int8-dynamic" if ready else "bf16"), note
-    return precision, ""
-
-
 def check_device_precision(precision: str, device: torch.device) -> None:
     """Refuse a precision the device cannot run, with what to choose instead."""
-    if precision in CPU_ONLY and device.type != "cpu":
+    p = record(precision)
+    if device.type not in p.devices and p.devices == CPU_ONLY:
         instead = "bf16 or nf4 (bitsandbytes)" if device.type == "cuda" else "bf16 or fp16"
-        kernels = "llama.cpp built for the CPU" if precision == "gguf" else "torch's CPU kernels"
+        kernels = "llama.cpp built for the CPU" if p.backend == LLAMA_CPP else "torch's CPU kernels"
         raise InvalidSettingError(f"{precision} runs on the CPU only ({kernels}); on "
                                   f"{DEVICE_LABELS[device.type]} use {instead}")
-    if precision in BITSANDBYTES and device.type == "mps":
-        raise InvalidSettingError(f"{precision} (bitsandbytes) does not run on Apple's MPS; use bf16 or fp16")
+    if device.type not in p.devices:
+        raise InvalidSettingError(f"{precision} ({p.package or p.backend}) does not run on "
+                                  f"{DEVICE_LABELS[device.type]}; use bf16 or fp16")
     if precision == "int8-dynamic" and device.type == "cpu" and not prepare_quantized_engine()[0]:
         raise InvalidSettingError("int8-dynamic needs one of torch's quantized engines, and this torch build has "
                                   "none (torch.backends.quantized.engine is 'none', no qnnpack); choose bf16")
 
 
 def check_target_precision(precision: str) -> None:
-    if precision == "int8":
-        raise InvalidSettingError(INT8_TARGET)
+    p = record(precision)
+    if p.cannot_target:
+        raise InvalidSettingError(f"{precision} ({p.about}) cannot be the target: {p.cannot_target}; choose "
+                                  f"another precision for the target ({precision} is fine for the draft)")
 
 
 def require_bitsandbytes(precision: str) -> None:
-    if precision in BITSANDBYTES and importlib.util.find_spec("bitsandbytes") is None:
+    """Refuse a bitsandbytes precision (its record's package) when bitsandbytes is not installed."""
+    p = record(precision)
+    if p.package == "bitsandbytes" and importlib.util.find_spec(p.module) is None:
         raise MissingDependencyError(
             f"{precision} needs the bitsandbytes package, which is not installed (it installs with speclens on "
             f"Linux and Windows only): `pip install bitsandbytes`, or choose bf16")
@@ -129,22 +113,26 @@ def require_bitsandbytes(precision: str) -> None:
 @dataclass(frozen=True)
 class ModelSize:
     params: int  # every parameter (tied ones once)
-    linear_params: int  # the weights of the Linear layers bitsandbytes quantises (the output head excluded)
+    linear_params: int  # the weights of the decoder's Linear layers, which are quantised (the output head excluded)
 
     def bytes(self, precision: str) -> int:
-        if precision == "nf4":
-            return int(self.linear_params * NF4_BYTES_PER_WEIGHT + (self.params - self.linear_params) * 2)
-        if precision == "int8":
-            return self.linear_params + (self.params - self.linear_params) * 2
-        return self.params * HALF_BYTES.get(precision, 2)
+        """The weights' bytes in ``precision`` (its record's bytes per weight), the KV cache aside."""
+        return int(record(precision).weight_bytes(self.linear_params, self.params - self.linear_params))
 
 
 def model_size(source: str) -> ModelSize:
-    """The size of the model in ``source`` from its config alone: built on the meta device, no weights read."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    """The size of the model in ``source`` from its config alone: no weights read."""
+    from transformers import AutoConfig
+
+    return config_size(AutoConfig.from_pretrained(source))
+
+
+def config_size(config) -> ModelSize:
+    """The size of a model with this config, counted on an empty (meta) copy: the loaded one may be quantised."""
+    from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source))
+        model = AutoModelForCausalLM.from_config(config)
     head = model.get_output_embeddings()
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear) and m is not head)
     return ModelSize(params=sum(p.numel() for p in model.parameters()), linear_params=linear)
@@ -157,7 +145,7 @@ def gb(n_bytes: float) -> str:
 @dataclass(frozen=True)
 class PrecisionPlan:
     precisions: dict[str, str]  # role -> concrete precision
-    reason: str = ""  # why auto chose so on this device ('' when nothing needed explaining)
+    reason: str = ""  # why: from plan_precisions, the one sentence every place that says what auto chose prints
 
 
 def choose_gpu_precisions(free_bytes: int, half: str, sizes: dict[str, ModelSize], fixed: dict[str, str | None],

@@ -9,11 +9,13 @@ from pathlib import Path
 import torch
 
 from engine.models.catalog import BUILTIN_MODELS, model_gguf
-from engine.config import AUTO, check_precision
-from engine.models import devices, hardware
+from engine.config import AUTO
+from engine.models import devices
+from engine.models.auto import plan_precisions
 from engine.models.int4_weight import quantize_int4
 from engine.models.int8_weight import quantize_int8_weight
 from engine.errors import IncompatiblePairError, MissingDependencyError, UnknownModelError
+from engine.precision import precision as record
 from engine.backends.llama_cpp import GGUF, GgufModel
 from engine.models.sources import (ALLOW_DOWNLOADS_ENV, GGUF_MAGIC, check_gguf_file, check_source,  # noqa: F401
                                    gguf_file, gguf_runnable, hub_source, resolve_source, source_kind)
@@ -68,34 +70,6 @@ def default_device() -> torch.device:
     return devices.default_device()
 
 
-def plan_precisions(models: dict[str, tuple[str, str | None]], device: torch.device | None = None,
-                    cache_dir: Path | None = None, reclaimable_bytes: int = 0) -> devices.PrecisionPlan:
-    """Concrete precisions for ``{role: (name, precision)}`` on ``device``, refused when the device cannot run
-    them. ``auto`` on CUDA weighs the models' sizes against the free GPU memory together (plus
-    ``reclaimable_bytes``, the memory of models a switch lets go); elsewhere it is the machine kind's measured
-    choice (engine.models.hardware.AUTO_PRECISION), made runnable there (fp16 without bf16; a bf16 draft where
-    torch has no quantized engine)."""
-    device = device or default_device()
-    fixed = {role: None if precision in (None, AUTO) else check_precision(precision)
-             for role, (_, precision) in models.items()}
-    if device.type == "cuda" and None in fixed.values():
-        sizes = {role: devices.model_size(resolve_source(name, cache_dir)) for role, (name, _) in models.items()}
-        free, _ = devices.gpu_memory(device)
-        plan = devices.choose_gpu_precisions(free + reclaimable_bytes, devices.half_precision(device), sizes, fixed,
-                                             devices.gpu_name(device))
-    else:
-        chosen, notes, machine = {}, [], hardware.detect_machine(device.type)
-        for role, precision in fixed.items():
-            auto = GGUF if device.type == "cpu" and gguf_runnable(models[role][0]) else \
-                hardware.auto_precision(machine, role)  # gguf: llama.cpp runs GGUF models where it is installed
-            chosen[role], note = (precision, "") if precision else devices.adapt_auto(auto, device)
-            notes += [note] if note and note not in notes else []
-        plan = devices.PrecisionPlan(chosen, "; ".join(notes))
-    for precision in plan.precisions.values():
-        devices.check_device_precision(precision, device)
-    return plan
-
-
 def attention_for(device: torch.device) -> str:
     """Row-exact attention on CPU (engine/models/attention.py): each query row of a verify forward is computed
     exactly as that token fed alone, so a batch-invariant precision keeps the greedy loop bit-for-bit the target's
@@ -108,19 +82,20 @@ def attention_for(device: torch.device) -> str:
     return ROW_EXACT
 
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8-weight": torch.bfloat16,
-          "int4": torch.bfloat16}
+def _dtype(precision: str) -> torch.dtype:
+    """The torch dtype a precision's record names."""
+    return getattr(torch, record(precision).dtype)
 
 
 def _quantization_kwargs(precision: str, device: torch.device) -> dict:
-    if precision in ("bf16", "fp16", "fp32", "int8-dynamic", "int8-weight", "int4"):  # int8/int4 quantise after
-        kwargs = {"dtype": DTYPES.get(precision, torch.float32)}                       # loading
-        if device.type == "cuda" and precision in ("bf16", "fp16", "fp32"):
+    if record(precision).package != "bitsandbytes":  # int8-dynamic, int8-weight, int4: quantised after loading
+        kwargs = {"dtype": _dtype(precision)}
+        if device.type == "cuda":
             kwargs["device_map"] = {"": device.index or 0}  # straight onto the GPU, no full copy in CPU memory
         return kwargs
     from transformers import BitsAndBytesConfig
     devices.require_bitsandbytes(precision)
-    compute = DTYPES[devices.half_precision(device)]  # fp16 on GPUs without bf16
+    compute = _dtype(devices.half_precision(device))  # fp16 on GPUs without bf16
     if precision == "int8":
         config = BitsAndBytesConfig(load_in_8bit=True)
     else:
@@ -131,7 +106,7 @@ def _quantization_kwargs(precision: str, device: torch.device) -> dict:
 
 def load_model(name: str, precision: str | None = None, device: torch.device | None = None,
                role: str = "target", cache_dir: Path | None = None, chosen_by_auto: bool = False) -> LoadedModel:
-    """Load ``name`` at ``precision`` (see PRECISIONS); converted weights live in ``cache_dir`` (see
+    """Load ``name`` at ``precision`` (engine/precision.py, or ``auto``); converted weights live in ``cache_dir`` (see
     :func:`resolve_source`). Raises UnknownModelError with the built-in names. ``chosen_by_auto``: ``precision``
     is what ``auto`` resolved to in a plan made for the pair (the model's ``auto_precision`` says so)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -146,7 +121,7 @@ def load_model(name: str, precision: str | None = None, device: torch.device | N
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, attn_implementation=attention_for(device), **kwargs)
-        if precision in ("bf16", "fp16", "fp32", "int8-weight") and "device_map" not in kwargs:
+        if "device_map" not in kwargs:  # the CPU's, and MPS's: loaded, then moved
             model = model.to(device)
     except ImportError as err:  # transformers' check of bitsandbytes (missing, or too old for this torch)
         raise MissingDependencyError(f"{precision} cannot load: {str(err).splitlines()[0]}") from err

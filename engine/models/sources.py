@@ -81,15 +81,17 @@ def hub_source(repo_id: str) -> str:
                             f"Set {ALLOW_DOWNLOADS_ENV}=1 to download it, or use a local directory or .gguf file")
 
 
-def gguf_runnable(name: str) -> bool:
-    """``auto`` on a CPU runs a GGUF model (a built-in or a .gguf file) with llama.cpp, when the binding is
-    installed: its integer kernels decode faster than torch's on the same file (measured in docs/models.md)."""
-    if not llama_cpp_available():
-        return False
+def gguf_model(name: str) -> bool:
+    """Whether ``name`` is a GGUF model (a built-in or a .gguf file), which precision gguf can run."""
     try:
         return source_kind(name)[0] in ("builtin", "gguf")
     except (UnknownModelError, ModelFormatError):
         return False
+
+
+def gguf_runnable(name: str) -> bool:
+    """Whether precision gguf can run ``name`` here: a GGUF model, and llama-cpp-python installed."""
+    return llama_cpp_available() and gguf_model(name)
 
 
 def gguf_file(name: str, cache_dir: Path | None = None) -> Path:

@@ -19,9 +19,9 @@ from engine.decode.identity import IdentityCheck
 from engine.errors import NoPairError
 from engine.models.calibrate import calibrate, check_identity
 from engine.models.devices import check_target_precision, gpu_bytes, release_memory
-from engine.models.hardware import describe_choice, detect_machine
-from engine.models.loading import (LoadedModel, check_pair, check_pair_sources, load_model, plan_precisions,
-                                   runner_for, runner_name)
+from engine.models.auto import describe, plan_precisions
+from engine.models.hardware import detect_machine
+from engine.models.loading import LoadedModel, check_pair, check_pair_sources, load_model, runner_for, runner_name
 from engine.serve.model_lock import ModelLock
 from engine.costs.costmodel import StepCosts
 from engine.surface import PairInfo
@@ -35,7 +35,7 @@ class Pair:
     target: LoadedModel
     draft: LoadedModel
     costs: StepCosts  # calibrated at load: the adaptive k starts from it
-    precision_note: str  # what auto chose (or the user) on this machine
+    precision_note: str  # what auto chose (or the user) on this machine, and why: plan_precisions' sentence
     identity: IdentityCheck  # measured at load: is the target the same in a verify as alone, here
 
     @property
@@ -89,7 +89,7 @@ class PairSlot:
             models = [kept[role] or load_model(asked[role][0], plan.precisions[role], role=role,
                                                cache_dir=self.cache_dir, chosen_by_auto=asked[role][1] in (None, AUTO))
                       for role in ROLES]
-            return self.install(*models, reason=plan.reason)
+            return self.install(*models, note=plan.reason)
 
     def _plan(self, asked: dict[str, tuple[str, str | None]]):
         """The pair's precisions, refused when the device cannot run them (what a switch reuses or frees counts as
@@ -101,13 +101,15 @@ class PairSlot:
         held = dict(zip(ROLES, current.models)) if current else {}
         return plan, {role: _kept(held.get(role), asked[role][0], plan.precisions[role]) for role in ROLES}
 
-    def install(self, target: LoadedModel, draft: LoadedModel, reason: str = "") -> Pair:
+    def install(self, target: LoadedModel, draft: LoadedModel, note: str = "") -> Pair:
         """Install loaded models: one assignment, after the pair check and a short calibration of their forward
-        costs (own KV caches: safe beside a generation). ``reason`` says why auto chose these precisions."""
+        costs (own KV caches: safe beside a generation). ``note``: the plan's sentence (what auto chose and why);
+        '' for models loaded elsewhere, which are described as they are."""
         check_pair(target, draft)
         costs = calibrate(runner_for(target), runner_for(draft))
-        note = describe_choice(detect_machine(target.device.type), target.precision, draft.precision,
-                               (target.auto_precision, draft.auto_precision), reason)
+        note = note or describe(detect_machine(target.device.type), {"target": target.precision,
+                                                                      "draft": draft.precision},
+                                {r for r, m in zip(ROLES, (target, draft)) if m.auto_precision}, [])
         pair = Pair(target, draft, costs, note, check_identity(target))
         switched, self.pair = self.pair is not None, pair
         if switched:

@@ -478,14 +478,15 @@ def test_a_client_that_leaves_stops_its_answer_on_real_weights(real_models):
 
 
 def test_v1_carries_the_pairs_identity_check_and_runner():
-    """The load-time check's result (PairInfo.bit_identical and its sentence) and what runs the models: in
-    /v1/models, in a whole answer, and in the first chunk of a streamed one."""
+    """The load-time check's result (PairInfo.bit_identical and its sentence): in /v1/models, in a whole answer, and
+    in the first chunk of a streamed one; what runs the models and why these precisions: in /v1/models."""
     from dataclasses import replace
 
     class CheckedEngine(FakeEngine):
         def info(self):
             return replace(super().info(), bit_identical=True, identity="verified bit-identical on this machine: "
-                           "9/9 rows", runner="llama.cpp 2 threads, flash attention on, repack off")
+                           "9/9 rows", runner="llama.cpp 2 threads, flash attention on, repack off",
+                           precision_note="AVX2 CPU -> target gguf (auto), draft gguf (auto): why")
 
     engine = CheckedEngine()
     c = TestClient(add_openai_routes(FastAPI(), AppContext(engine)), raise_server_exceptions=False)
@@ -493,6 +494,7 @@ def test_v1_carries_the_pairs_identity_check_and_runner():
     target, draft = c.get("/v1/models").json()["data"]
     assert target["x_identity"] == expected and "x_identity" not in draft
     assert target["x_runner"].startswith("llama.cpp 2 threads")
+    assert target["x_precision_note"] == draft["x_precision_note"] == engine.info().precision_note  # auto's why
     assert c.post("/v1/chat/completions", json=ask(max_tokens=5)).json()["x_identity"] == expected
     chunks = sse_chunks(c.post("/v1/chat/completions", json=ask(max_tokens=5, stream=True)))
     assert chunks[0]["x_identity"] == expected and all("x_identity" not in ch for ch in chunks[1:])

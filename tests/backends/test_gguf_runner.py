@@ -16,7 +16,8 @@ from engine.decode.stream import TokenStream
 from engine.divergence import first_divergence
 from engine.errors import InvalidSettingError
 from engine.models import loading, sources
-from engine.models.loading import gguf_runnable, load_model, plan_precisions, runner_for
+from engine.models.auto import plan_precisions
+from engine.models.loading import gguf_runnable, load_model, runner_for
 from engine.models.prompt import template_ids
 from engine.proposers import PROPOSERS
 from engine.costs.kpolicy import AdaptiveK, FixedK
@@ -185,9 +186,9 @@ def test_the_identity_bench_measures_each_llama_cpp_setting(tmp_path, capsys):
 
 def test_llama_cpps_measured_drift_stays_within_its_tie_bound(smol):
     """Where llama.cpp's verify rows are not the tokens fed alone, the drift the load-time check measures must stay
-    within the tie rule that explains divergences (engine.divergence.tie_steps): else a tie would be called a bug,
-    or a bug a tie."""
-    from engine.divergence import tie_steps
+    within the tie rule that explains divergences (the record's tie_steps, engine/precision.py): else a tie would
+    be called a bug, or a bug a tie."""
     from engine.models.calibrate import check_identity
+    from engine.precision import precision
     check = check_identity(smol)
-    assert check.rows > 0 and check.max_drift_steps <= tie_steps("gguf"), check.describe()
+    assert check.rows > 0 and check.max_drift_steps <= precision("gguf").tie_steps, check.describe()

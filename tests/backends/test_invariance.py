@@ -3,21 +3,23 @@ equals the same token fed alone, for k in 1..16, at a short and a long context.
 
 Invariant on CPU: int8-weight and int4 (their kernels compute each output row from its own input row) with
 row-exact attention (engine/models/attention.py; eager attention's softmax(QK^T) @ V is not, at the 1.5B's
-sizes). Identical only up to ties: fp32 (MKL's GEMM blocks by row count) and bf16 (oneDNN's bf16 GEMM likewise); their drift is bounded by engine.divergence.tie_steps. int8-dynamic
-shares one activation scale across the rows, so it is never a target (engine/models/hardware.py).
+sizes). Identical only up to ties: fp32 (MKL's GEMM blocks by row count) and bf16 (oneDNN's bf16 GEMM likewise); their
+drift is bounded by their records' tie_steps (engine/precision.py). int8-dynamic shares one activation scale across the
+rows, so auto never makes it the target (engine/models/auto.py).
 """
 from __future__ import annotations
 
 import pytest
 import torch
 
-from engine.divergence import BATCH_INVARIANT, tie_steps
 from engine.models.int4_weight import quantize_int4
 from engine.models.int8_weight import quantize_int8_weight
 from engine.models.loading import attention_for
+from engine.precision import EXPECTED, RECORDS, precision as record
 from tests.helpers.invariance import steps_off, verify_vs_alone
 from tests.helpers.tiny import tiny_model
 from tests.helpers.constants import SMOL
+EXPECTED_INVARIANT = sorted(p.name for p in RECORDS.values() if p.batch_invariance == EXPECTED)
 
 
 def _tiny(precision: str):
@@ -31,7 +33,7 @@ def _tiny(precision: str):
     return model.bfloat16() if precision == "bf16" else model
 
 
-@pytest.mark.parametrize("precision", sorted(BATCH_INVARIANT))
+@pytest.mark.parametrize("precision", EXPECTED_INVARIANT)
 @pytest.mark.parametrize("context", [3, 300])
 def test_tiny_invariant_precisions_give_equal_logits_in_any_verify_shape(precision, context):
     gaps = verify_vs_alone(_tiny(precision), 48, context)
@@ -46,10 +48,10 @@ def test_smollm2_verify_rows_equal_rows_fed_alone(real_models, precision, contex
     loaded = real_models.model(SMOL, precision)
     assert loaded.model.config._attn_implementation == attention_for(torch.device("cpu"))
     drift = steps_off(loaded.model, loaded.vocab_size, context, precision)
-    if precision in BATCH_INVARIANT:
+    if precision in EXPECTED_INVARIANT:
         assert drift == 0.0
     else:  # identical up to ties: listed, and bounded
-        assert drift <= tie_steps(precision), drift
+        assert drift <= record(precision).tie_steps, drift
 
 
 @pytest.mark.real

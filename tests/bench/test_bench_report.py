@@ -1,6 +1,7 @@
 """The bench's summary and table: ratios within one run, and divergences reported with their margin."""
 from bench.speed.modes import format_table, summarize
-from engine.divergence import Divergence, rounding_step
+from engine.divergence import Divergence
+from engine.precision import rounding_step
 
 
 def run(pid: str, mode: str, tokens_per_s: float, divergence: Divergence | None = None) -> dict:

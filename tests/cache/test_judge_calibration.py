@@ -10,19 +10,18 @@ import pytest
 from bench.cache import calibrate
 from engine.cache.guards import judge_decides
 from engine.cache.judge import CANNOT_JUDGE, YES_THRESHOLDS, judge_for, uncalibrated_note
-from engine.models.hardware import AUTO_PRECISION
+from engine.models.auto import CPU_CHOICES
 from tests.helpers.constants import SMOL
 
 QWEN = ("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-0.5b-instruct")
-CPU_KINDS = ("amx", "avx512-bf16", "avx512", "avx2", "baseline")
 
 
-@pytest.mark.parametrize("kind", CPU_KINDS)
+@pytest.mark.parametrize("kind", CPU_CHOICES)
 @pytest.mark.parametrize("name", QWEN)
 def test_every_precision_auto_picks_on_a_cpu_is_calibrated_or_measured_unable(kind, name):
     """It was neither: only bf16 had thresholds, and auto picks int8-weight or int4 for a target on every CPU
     kind. The default target judges there; a model measured unable to separate says why in words."""
-    precision = AUTO_PRECISION[kind][0]
+    precision = CPU_CHOICES[kind].target
     target = SimpleNamespace(name=name, precision=precision)
     if name == QWEN[0]:
         assert (name, precision) in YES_THRESHOLDS and uncalibrated_note(target) == ""

@@ -4,7 +4,9 @@ from pathlib import Path
 import pytest
 
 from engine.costs.costmodel import CostFit, StepCosts, expected_tokens, fit_line
-from engine.models.hardware import AUTO_PRECISION, MACHINE_KINDS, auto_precision, classify, describe_choice
+from engine.models.auto import CPU_CHOICES, describe
+from engine.models.hardware import MACHINE_KINDS, classify
+from engine.precision import EXPECTED, precision
 from engine.costs.kpolicy import AdaptiveK, FixedK, KChoice, StepRecord
 
 ZEN4 = frozenset({"avx2", "avx512f", "avx512_bf16", "avx512_vnni"})
@@ -141,21 +143,17 @@ def test_machine_kind_from_features(cuda, capability, flags, isa, kind):
     assert classify(cuda, capability, flags, isa).kind == kind
 
 
-def test_auto_precision_table():
-    assert set(AUTO_PRECISION) == set(MACHINE_KINDS)
-    cuda = classify(True, "AVX2", HASWELL)
-    # the table's GPU entry is the 16-bit choice; engine/models/devices.py falls back to nf4 by free memory
-    assert auto_precision(cuda, "target") == auto_precision(cuda, "draft") == "bf16"
+def test_auto_cpu_choices_per_machine_kind():
+    assert set(CPU_CHOICES) == set(MACHINE_KINDS) - {"cuda", "mps"}  # the GPUs: engine/models/devices.py, by memory
     avx2 = classify(False, "AVX2", HASWELL)
-    assert auto_precision(avx2, "target") == "int8-weight"  # no native bf16 on AVX2: int8 weights
-    assert all(auto_precision(classify(False, "AVX512", f), "target") != "int8-dynamic" for f in (ZEN4, HASWELL))
-    # every CPU target is batch-invariant: greedy speculation is bit-for-bit the target's on every CPU kind
-    from engine.divergence import BATCH_INVARIANT
-    cpu_kinds = [k for k in MACHINE_KINDS if k not in ("cuda", "mps")]
-    assert all(AUTO_PRECISION[k][0] in BATCH_INVARIANT for k in cpu_kinds)
-    assert auto_precision(classify(False, "AVX512", ZEN4), "target") == "int4"  # AVX-512: the GGUF's 4-bit grid
-    note = describe_choice(avx2, "int8-dynamic", "int8-dynamic", (True, False))
-    assert note.startswith("AVX2 CPU") and "target int8-dynamic (auto)" in note and "draft int8-dynamic (chosen)" in note
+    assert CPU_CHOICES[avx2.kind].target == "int8-weight"  # no native bf16 on AVX2: int8 weights
+    assert all(CPU_CHOICES[classify(False, "AVX512", f).kind].target != "int8-dynamic" for f in (ZEN4, HASWELL))
+    # every CPU target is expected batch-invariant: greedy speculation is bit-for-bit the target's on every CPU kind
+    assert all(precision(c.target).batch_invariance == EXPECTED for c in CPU_CHOICES.values())
+    assert CPU_CHOICES[classify(False, "AVX512", ZEN4).kind].target == "int4"  # AVX-512: the GGUF's 4-bit grid
+    note = describe(avx2, {"target": "int8-dynamic", "draft": "int8-dynamic"}, {"target"}, [])
+    assert note.startswith("AVX2 CPU") and "target int8-dynamic (auto)" in note
+    assert "draft int8-dynamic (chosen)" in note
 
 
 def test_avx2_emulation_env_is_detected_as_avx2():

@@ -27,8 +27,8 @@ def verify_vs_alone(model, vocab: int, context: int, max_k: int = 16) -> dict[in
 
 def steps_off(model, vocab: int, context: int, precision: str, max_k: int = 16) -> float:
     """The largest verify-vs-alone difference in rounding steps of each row's top logit
-    (engine.divergence.rounding_step)."""
-    from engine.divergence import rounding_step
+    (engine.precision.rounding_step)."""
+    from engine.precision import rounding_step
 
     ids = _ids(context + max_k, vocab)
     runner = ModelRunner(model, vocab)

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from engine.config import CACHE_OFF, SamplingConfig, SpecConfig
-from engine.divergence import Divergence, first_divergence, rounding_step, top_logits
+from engine.divergence import Divergence, first_divergence, top_logits
+from engine.precision import rounding_step
 from engine.chat_engine import ChatEngine
 from engine.backends.torch_runner import common_prefix
 from engine.events import final_done

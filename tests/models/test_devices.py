@@ -14,8 +14,9 @@ from bench.speed.forward import default_precisions
 from engine.errors import DeviceOutOfMemoryError, InvalidSettingError, MissingDependencyError
 from engine.models import devices
 from engine.models.devices import ModelSize, choose_gpu_precisions
-from engine.models.hardware import detect_machine, describe_choice
-from engine.models.loading import _quantization_kwargs, default_device, load_model, plan_precisions
+from engine.models.auto import describe, plan_precisions
+from engine.models.hardware import detect_machine
+from engine.models.loading import _quantization_kwargs, default_device, load_model
 from tests.helpers.tiny import tiny_model
 
 CUDA, MPS, CPU = torch.device("cuda"), torch.device("mps"), torch.device("cpu")
@@ -74,17 +75,37 @@ def test_default_device_is_cuda_then_mps_then_cpu(monkeypatch, gpu):
 def test_mps_machine_is_named_in_the_precision_note(mac):
     machine = detect_machine("mps")
     assert machine.kind == "mps" and machine.describe().startswith("Apple GPU (MPS)")
-    note = describe_choice(machine, "bf16", "bf16", reason="why")
-    assert note == "Apple GPU (MPS) -> target bf16 (auto), draft bf16 (auto): why"
+    note = describe(machine, {"target": "bf16", "draft": "bf16"}, {"target", "draft"}, ["why"])
+    assert note == "Apple GPU (MPS) [mps] -> target bf16 (auto), draft bf16 (auto): why"
 
 
 # -- what auto picks ----------------------------------------------------------------------------------------------
 def test_mps_auto_is_bf16_for_both_never_int8_dynamic_or_nf4(mac, tiny_source):
     plan = plan_precisions({"target": (tiny_source, None), "draft": (tiny_source, None)}, MPS)
-    assert plan.precisions == {"target": "bf16", "draft": "bf16"} and plan.reason == ""
+    assert plan.precisions == {"target": "bf16", "draft": "bf16"}
+    assert plan.reason == ("Apple GPU (MPS) [mps] -> target bf16 (auto), draft bf16 (auto): bf16: the 16-bit "
+                           "precision Apple's MPS computes in")
     mac.bf16 = False  # macOS 13: MPS has no bf16
     plan = plan_precisions({"target": (tiny_source, None), "draft": (tiny_source, "auto")}, MPS)
     assert plan.precisions == {"target": "fp16", "draft": "fp16"} and "no bf16" in plan.reason
+
+
+def test_the_auto_sentence_in_launch_help_is_the_pair_lines(monkeypatch, capsys, tiny_source):
+    """launch.py --help says what auto picks here for the default pair, and why: the very sentence the UI's pair
+    line (PairInfo.precision_note), the bench header and /v1/models show once that pair loads."""
+    import launch
+    from engine.chat_engine import ChatEngine
+    from engine.models import auto
+
+    monkeypatch.setattr(auto, "DEFAULT_TARGET", tiny_source)  # a default pair that loads in a second
+    monkeypatch.setattr(auto, "DEFAULT_DRAFT", tiny_source)
+    with pytest.raises(SystemExit):
+        launch.parse_args(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    info = ChatEngine().load_pair(tiny_source, tiny_source)  # auto for both
+    assert info.precision_note.startswith(detect_machine("cpu").describe() + " -> target ")
+    assert f"Here auto picks, for the default pair: {' '.join(info.precision_note.split())}" in help_text
+    assert "gguf (llama.cpp on CPU" in help_text
 
 
 def test_cuda_auto_is_bf16_when_the_pair_fits_free_memory_and_says_so(gpu, tiny_source):

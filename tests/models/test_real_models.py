@@ -10,7 +10,8 @@ from engine.decode.detok import IncrementalDetokenizer
 from engine.errors import (EmptyPromptError, IncompatiblePairError, ModelIntegrityError, PromptTooLongError,
                            UnknownModelError)
 from engine.models.calibrate import CALIBRATION_TOKENS
-from engine.models.loading import default_device, load_model, plan_precisions, resolve_source
+from engine.models.auto import plan_precisions
+from engine.models.loading import default_device, load_model, resolve_source
 from engine.chat_engine import ChatEngine
 from tests.helpers.constants import SMOL
 
@@ -221,7 +222,8 @@ def test_smollm2_int8_weight_target_greedy_speculative_equals_reference(smol_int
 
 def test_auto_precision_is_the_machine_choice_and_said_so(smol_int8_target):
     from engine.models.catalog import model_gguf
-    from engine.models.hardware import auto_precision, detect_machine
+    from engine.models.auto import CPU_CHOICES
+    from engine.models.hardware import detect_machine
     from engine.models.loading import gguf_runnable
     engine = ChatEngine()
     info = engine.load_pair(SMOL, SMOL)  # auto for both
@@ -230,10 +232,10 @@ def test_auto_precision_is_the_machine_choice_and_said_so(smol_int8_target):
     if DEVICE == "cpu" and gguf_runnable(SMOL):  # llama-cpp-python installed: llama.cpp runs the GGUF models
         assert (info.target_precision, info.draft_precision) == ("gguf", "gguf") and "llama.cpp" in info.runner
     elif DEVICE == "cpu":  # the measured table of this CPU kind
-        machine = detect_machine("cpu")
-        assert info.target_precision == auto_precision(machine, "target")
-        assert info.draft_precision in (auto_precision(machine, "draft"), "bf16")  # bf16: no quantized engine
-    assert "target " + info.target_precision + " (auto)" in info.precision_note and plan.reason in info.precision_note
+        choice = CPU_CHOICES[detect_machine("cpu").kind]
+        assert info.target_precision == choice.target
+        assert info.draft_precision in (choice.draft, "bf16")  # bf16: no quantized engine
+    assert "target " + info.target_precision + " (auto)" in info.precision_note and plan.reason == info.precision_note
     costs = info.costs  # measured at load: the curve's points are the timed forwards, the line fits them
     assert [n for n, _ in costs.verify_table] == list(CALIBRATION_TOKENS)
     assert all(costs.verify_s(n) == pytest.approx(t) for n, t in costs.verify_table)

@@ -17,6 +17,7 @@ SOURCES = ("engine", "app", "bench")
 # Bottom to top. A module may import its own layer or any layer below it, never one above.
 LAYERS = (
     "engine.errors",
+    "engine.precision",  # one record per precision: what it is, where it runs, its rounding and tie rule
     "engine.config",
     "engine.costs",  # the cost model and the k policy: pure Python
     "engine.events",

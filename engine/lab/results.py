@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
+from engine.config import FREE_PROPOSERS
 from engine.lab.grid import ADAPTIVE, Cell, ExperimentGrid, bench_command
 from engine.costs.costmodel import StepCosts
 
@@ -50,12 +51,12 @@ def _sum_by_pos(runs: list[PromptRun], attr: str) -> list[int]:
 
 
 def predicted_speedup(costs: StepCosts, cell: Cell, alpha: float, mean_k: float) -> float | None:
-    """The cost model's speedup for this cell: its k (adaptive: the mean drafted length), its alpha. A lookup
-    draft costs nothing to make."""
+    """The cost model's speedup for this cell: its k (adaptive: the mean drafted length), its alpha. A free
+    proposer's draft (FREE_PROPOSERS) costs nothing to make."""
     k = mean_k if cell.k == ADAPTIVE else cell.k
     if k <= 0:
         return None
-    if cell.proposer == "lookup":
+    if cell.proposer in FREE_PROPOSERS:
         costs = replace(costs, draft_per_token_s=0.0)
     return costs.speedup(alpha, k)
 

@@ -59,6 +59,16 @@ class TokenEvent:
 
 
 @dataclass(frozen=True)
+class DraftCut:
+    """The k policy cut a free draft short: the tokens past ``kept`` would not have paid for the wider verify
+    forward they need (``kept`` 0: the step ran target-only). The app puts it into words (app/views/stats.py)."""
+    proposer: str  # whose draft it was (the stats' proposer name)
+    drafted: int  # the draft's length as proposed
+    kept: int  # the tokens the target verified
+    verify_per_token_s: float | None = None  # what each verified token costs by the fitted step costs
+
+
+@dataclass(frozen=True)
 class StatsEvent:
     steps: int
     new_tokens: int
@@ -73,8 +83,8 @@ class StatsEvent:
     verify_s: float = 0.0  # time spent in target forwards
     accepted_by_pos: tuple[int, ...] = ()  # accepted[i]: drafts whose token i was accepted
     proposed_by_pos: tuple[int, ...] = ()  # proposed[i]: drafts that had a token at position i
-    cut_steps: int = 0  # steps whose free (lookup) draft the k policy cut or skipped: it would not have paid
-    cut_note: str = ""  # the latest such cut, in words ("lookup span cut 9 → 2: verify costs 46 ms per token here")
+    cut_steps: int = 0  # steps whose free draft the k policy cut or skipped: it would not have paid
+    latest_cut: DraftCut | None = None  # the latest such cut
     # the cost model fitted so far (engine.costs.costmodel.StepCosts): a target forward over n tokens takes
     # verify_fixed_s + verify_per_token_s * n seconds, a drafted token draft_per_token_s; None before a fit.
     # verify_table: the measured curve t(n) as (n, seconds) pairs, which prices a step where it is known

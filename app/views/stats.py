@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from app.views.render import CACHE_LABELS, esc
-from engine.events import CacheEvent, StatsEvent
+from engine.events import CacheEvent, DraftCut, StatsEvent
 
 SERVED = ("exact", "cached")  # cache outcomes where no model runs
 METER_MAX = 3.0  # the meter spans 0x .. 3x the target-only speed
@@ -95,12 +95,21 @@ def policy_html(stats: StatsEvent | None) -> str:
     if stats is None or not (stats.cut_steps or stats.fallback):
         return ""
     said = []
-    if stats.cut_steps:
-        said.append(f"{stats.cut_steps} of {stats.steps} steps cut their free draft; latest: {stats.cut_note}")
+    if stats.cut_steps and stats.latest_cut is not None:
+        said.append(f"{stats.cut_steps} of {stats.steps} steps cut their free draft; latest: "
+                    f"{cut_text(stats.latest_cut)}")
     if stats.fallback:
         said.append("the draft model is paused: at this acceptance its tokens cost more than they save here "
                     "(target-only steps, with a probe now and then)")
     return f'<div class="policy-note" data-stat="policy">{esc(" · ".join(said))}</div>'
+
+
+def cut_text(cut: DraftCut) -> str:
+    """A free draft the k policy cut, in words: "lookup span cut 9 → 2: verify costs 46 ms per token here"."""
+    what = f"cut {cut.drafted} → {cut.kept}" if cut.kept else f"of {cut.drafted} skipped"
+    per_token = "" if cut.verify_per_token_s is None else \
+        f": verify costs {cut.verify_per_token_s * 1e3:.0f} ms per token here"
+    return f"{cut.proposer} span {what}{per_token}"
 
 
 def _frame(rows: list[dict], dtypes: dict[str, str]) -> pd.DataFrame:

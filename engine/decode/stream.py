@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from engine.costs.costmodel import StepCosts
 from engine.costs.kpolicy import StepRecord
 from engine.decode.detok import IncrementalDetokenizer, TokenSpeller
-from engine.events import Candidates, DoneEvent, StatsEvent, TokenEvent
+from engine.events import Candidates, DoneEvent, DraftCut, StatsEvent, TokenEvent
 
 
 class TokenStream:
@@ -88,18 +88,18 @@ class StatsTracker:
     fallback: bool = False
     costs: StepCosts | None = None  # the k policy's fitted step costs
     cut_steps: int = 0  # steps whose free draft the k policy cut (or skipped): it would not have paid
-    cut_note: str = ""  # the latest cut, in words
+    latest_cut: DraftCut | None = None
     accepted_by_pos: list[int] = field(default_factory=list)
     proposed_by_pos: list[int] = field(default_factory=list)
     t0: float = field(default_factory=time.perf_counter)
 
     def record_step(self, step: StepRecord, fallback: bool = False, costs: StepCosts | None = None,
-                    cut: str = "") -> None:
+                    cut: DraftCut | None = None) -> None:
         """Count one step; ``fallback`` and ``costs`` are the k policy's as of this step (a target-only
-        decoder has none), ``cut`` why it cut this step's free draft."""
+        decoder has none), ``cut`` the free draft it cut in this step."""
         self.steps += 1
-        if cut:
-            self.cut_steps, self.cut_note = self.cut_steps + 1, cut
+        if cut is not None:
+            self.cut_steps, self.latest_cut = self.cut_steps + 1, cut
         self.k = step.n_drafted
         self.proposed += step.n_drafted
         self.accepted += step.n_accepted
@@ -120,7 +120,7 @@ class StatsTracker:
                           rejected_steps=self.rejected_steps, elapsed_s=time.perf_counter() - self.t0, k=self.k,
                           proposer=self.proposer, fallback=self.fallback, draft_s=self.draft_s, verify_s=self.verify_s,
                           accepted_by_pos=tuple(self.accepted_by_pos), proposed_by_pos=tuple(self.proposed_by_pos),
-                          cut_steps=self.cut_steps, cut_note=self.cut_note, **_cost_fields(self.costs))
+                          cut_steps=self.cut_steps, latest_cut=self.latest_cut, **_cost_fields(self.costs))
 
 
 def _cost_fields(costs: StepCosts | None) -> dict:

@@ -1,8 +1,9 @@
 """app/views/stats.py: the numbers panel, the break-even meter and the data behind the two plots."""
 import pytest
 
-from app.views.stats import acceptance_frame, format_stats, render_stats, speedup, speedup_frame, theoretical_speedup
-from engine.events import CacheEvent, StatsEvent
+from app.views.stats import (acceptance_frame, cut_text, format_stats, render_stats, speedup, speedup_frame,
+                             theoretical_speedup)
+from engine.events import CacheEvent, DraftCut, StatsEvent
 from engine.costs.costmodel import StepCosts
 from tests.helpers.fakes import stats
 
@@ -63,9 +64,14 @@ def test_meter_says_served_from_cache_instead_of_a_speed_ratio():
 
 def test_the_stats_panel_says_when_and_why_a_proposer_was_held_back():
     from dataclasses import replace
-    held = replace(stats(), steps=40, cut_steps=12, cut_note="lookup span cut 9 → 2: verify costs 46 ms per token here",
-                   fallback=True)
+    held = replace(stats(), steps=40, cut_steps=12, latest_cut=DraftCut("lookup", 9, 2, 0.046), fallback=True)
     html = render_stats(held, None, None)
     assert "12 of 40 steps cut their free draft; latest: lookup span cut 9 → 2: verify costs 46 ms per token here" in html
     assert "draft model is paused" in html
     assert 'data-stat="policy"' not in render_stats(stats(), None, None)  # nothing held back: nothing said
+
+
+def test_a_cut_free_draft_in_words():
+    assert cut_text(DraftCut("hybrid", 12, 3, 0.0123)) == "hybrid span cut 12 → 3: verify costs 12 ms per token here"
+    assert cut_text(DraftCut("lookup", 5, 0, 0.2)) == "lookup span of 5 skipped: verify costs 200 ms per token here"
+    assert cut_text(DraftCut("lookup", 5, 1)) == "lookup span cut 5 → 1"  # no fitted costs to cite

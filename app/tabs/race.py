@@ -113,7 +113,7 @@ def race_summary(ref: Turn, spec: Turn, greedy: bool, divergence=None, bit_ident
     verdict = "faster" if factor >= 1 else "slower"
     return (f'<div class="race-summary"><b>Speculative is {factor:.2f}× the target-only speed ({verdict})</b> · '
             f"target only {r.elapsed_s:.2f} s ({r.tokens_per_s:.1f} tok/s) · speculative {p.elapsed_s:.2f} s "
-            f"({p.tokens_per_s:.1f} tok/s, acceptance {p.acceptance_rate:.0%}) · {check}"
+            f"({p.tokens_per_s:.1f} tok/s, acceptance {p.acceptance.acceptance_rate:.0%}) · {check}"
             f"{divergence_html(divergence)}</div>")
 
 

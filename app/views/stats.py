@@ -15,7 +15,7 @@ def theoretical_speedup(stats: StatsEvent, k: int) -> float | None:
     """The cost model's expected speedup over target-only at draft length k, for the measured acceptance and
     the fitted step costs (the same model the adaptive k maximises: engine.costs.costmodel)."""
     costs = stats.costs
-    return None if costs is None else costs.speedup(stats.alpha, k)
+    return None if costs is None else costs.speedup(stats.acceptance.alpha, k)
 
 
 def speedup(stats: StatsEvent | None, baseline: dict | None) -> float | None:
@@ -31,10 +31,10 @@ def format_stats(stats: StatsEvent | None) -> dict[str, str]:
     costs = stats.costs
     return {
         "tokens/s": f"{stats.tokens_per_s:.1f}",
-        "acceptance": f"{stats.acceptance_rate:.0%}" if stats.proposed else "–",
-        "mean accepted": f"{stats.mean_accepted:.2f}",
+        "acceptance": f"{stats.acceptance.acceptance_rate:.0%}" if stats.acceptance.proposed else "–",
+        "mean accepted": f"{stats.acceptance.mean_accepted:.2f}",
         "k": f"{stats.k}" + (" (fallback)" if stats.fallback else ""),
-        "steps": f"{stats.steps}",
+        "steps": f"{stats.acceptance.steps}",
         "tokens": f"{stats.new_tokens}",
         "verify ms": "–" if costs is None else
         f"{costs.verify_fixed_s * 1e3:.0f} + {costs.verify_per_token_s * 1e3:.0f}·n",
@@ -96,7 +96,7 @@ def policy_html(stats: StatsEvent | None) -> str:
         return ""
     said = []
     if stats.cut_steps and stats.latest_cut is not None:
-        said.append(f"{stats.cut_steps} of {stats.steps} steps cut their free draft; latest: "
+        said.append(f"{stats.cut_steps} of {stats.acceptance.steps} steps cut their free draft; latest: "
                     f"{cut_text(stats.latest_cut)}")
     if stats.fallback:
         said.append("the draft model is paused: at this acceptance its tokens cost more than they save here "
@@ -121,7 +121,7 @@ def acceptance_frame(stats: StatsEvent | None) -> pd.DataFrame:
     """Acceptance rate at each draft position (1-based): accepted_by_pos / proposed_by_pos."""
     rows = []
     if stats is not None:
-        for i, (acc, prop) in enumerate(zip(stats.accepted_by_pos, stats.proposed_by_pos)):
+        for i, (acc, prop) in enumerate(zip(stats.acceptance.accepted_by_pos, stats.acceptance.proposed_by_pos)):
             if prop:
                 # zero-padded: the bar plot orders categories as text ("10" would sort before "2")
                 rows.append({"position": f"{i + 1:02d}", "acceptance": acc / prop, "drafts": prop})

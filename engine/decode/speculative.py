@@ -49,7 +49,7 @@ def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: li
         # 5. emit (with the most likely tokens of each emitted position, when the sampling asks for them)
         context += draft.tokens[: verdict.n_accepted] + [verdict.token]
         tops = top_tokens(p_target[: verdict.n_accepted + 1], sampling.candidates or 0)
-        yield from _emit(stream, draft, verdict, p_target, tops, stats.steps - 1)
+        yield from _emit(stream, draft, verdict, p_target, tops, stats.acceptance.steps - 1)
         yield stats.snapshot(len(stream.token_ids))
     yield stream.done(stats.snapshot(len(stream.token_ids)))
 

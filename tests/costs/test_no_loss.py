@@ -57,6 +57,6 @@ def test_lookups_that_keep_failing_end_in_target_only_steps():
                                       TokenStream(target.tokenizer, target.eos_ids, 80, False), sampling,
                                       k_policy=policy))
     stats = events[-1].stats
-    verified = stats.proposed
+    verified = stats.acceptance.proposed
     assert verified <= 4, verified  # at most the backed-off one-token probes
     assert stats.latest_cut.kept == 0  # skipped: a target-only step

@@ -107,7 +107,7 @@ def test_greedy_equality_for_every_proposer(name, seed):
     ref = reference_done(target, prompt, sampling)
     spec = speculative_done(target, proposer, policy, prompt, sampling)
     assert spec.token_ids == ref.token_ids
-    assert spec.stats.proposed > 0
+    assert spec.stats.acceptance.proposed > 0
 
 
 @pytest.mark.parametrize("name", PROPOSER_NAMES)
@@ -122,7 +122,7 @@ def test_greedy_equality_for_every_registry_entry(name, adaptive, seed, monkeypa
     policy = AdaptiveK(k_init=3, k_max=8) if adaptive else FixedK(3)
     spec = speculative_done(target, PROPOSERS[name](lambda: cached(draft)), policy, prompt, sampling)
     assert spec.token_ids == reference_done(target, prompt, sampling).token_ids
-    assert spec.stats.proposed > 0
+    assert spec.stats.acceptance.proposed > 0
 
 
 def test_registry_entries_make_a_draft_runner_only_when_they_draft_with_the_model():

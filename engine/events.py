@@ -138,24 +138,12 @@ class StatsEvent:
     verify_s: float = 0.0  # time spent in target forwards
     cut_steps: int = 0  # steps whose free draft the k policy cut or skipped: it would not have paid
     latest_cut: DraftCut | None = None  # the latest such cut
-    # the cost model fitted so far (engine.costs.costmodel.StepCosts): a target forward over n tokens takes
-    # verify_fixed_s + verify_per_token_s * n seconds, a drafted token draft_per_token_s; None before a fit.
-    # verify_table: the measured curve t(n) as (n, seconds) pairs, which prices a step where it is known
-    verify_fixed_s: float | None = None
-    verify_per_token_s: float | None = None
-    draft_per_token_s: float | None = None
-    verify_table: tuple[tuple[int, float], ...] = ()
+    costs: StepCosts | None = None  # the k policy's step costs fitted so far; None before a fit (or target-only)
     type: str = "stats"
 
     @property
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-    @property
-    def costs(self) -> StepCosts | None:
-        if self.verify_fixed_s is None or self.verify_per_token_s is None or self.draft_per_token_s is None:
-            return None
-        return StepCosts(self.verify_fixed_s, self.verify_per_token_s, self.draft_per_token_s, self.verify_table)
 
     def to_dict(self) -> dict:
         d = asdict(self)

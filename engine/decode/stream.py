@@ -104,11 +104,4 @@ class StatsTracker:
         return StatsEvent(new_tokens=new_tokens, elapsed_s=time.perf_counter() - self.t0, k=self.k,
                           acceptance=self.acceptance, proposer=self.proposer, fallback=self.fallback,
                           draft_s=self.draft_s, verify_s=self.verify_s, cut_steps=self.cut_steps,
-                          latest_cut=self.latest_cut, **_cost_fields(self.costs))
-
-
-def _cost_fields(costs: StepCosts | None) -> dict:
-    if costs is None:
-        return {}
-    return {"verify_fixed_s": costs.verify_fixed_s, "verify_per_token_s": costs.verify_per_token_s,
-            "draft_per_token_s": costs.draft_per_token_s, "verify_table": costs.verify_table}
+                          latest_cut=self.latest_cut, costs=self.costs)

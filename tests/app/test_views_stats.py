@@ -25,13 +25,13 @@ def test_render_stats_shows_cache_outcome_and_meter():
     assert speedup(stats(), baseline) == pytest.approx(2.0)
 
 
-COSTS = dict(verify_fixed_s=0.2, verify_per_token_s=0.05, draft_per_token_s=0.02)
+COSTS = StepCosts(verify_fixed_s=0.2, verify_per_token_s=0.05, draft_per_token_s=0.02)
 
 
 def test_theory_uses_the_engine_cost_model():
-    s = stats(rejected_steps=4, **COSTS)  # 8 accepted, 4 rejections: alpha = 2/3
+    s = stats(rejected_steps=4, costs=COSTS)  # 8 accepted, 4 rejections: alpha = 2/3
     assert s.acceptance.alpha == pytest.approx(2 / 3)
-    assert theoretical_speedup(s, 4) == pytest.approx(StepCosts(**COSTS).speedup(2 / 3, 4))
+    assert theoretical_speedup(s, 4) == pytest.approx(COSTS.speedup(2 / 3, 4))
     assert theoretical_speedup(s, 0) == pytest.approx(1.0)
     assert theoretical_speedup(stats(), 4) is None  # no fitted costs yet
     values = format_stats(s)
@@ -40,7 +40,7 @@ def test_theory_uses_the_engine_cost_model():
 
 
 def test_plot_frames():
-    s = stats(rejected_steps=4, **COSTS)
+    s = stats(rejected_steps=4, costs=COSTS)
     acc = acceptance_frame(s)
     assert list(acc["position"]) == ["01", "02", "03", "04"]
     long = stats(steps=1, proposed=12, accepted=12, accepted_by_pos=(1,) * 12, proposed_by_pos=(1,) * 12)

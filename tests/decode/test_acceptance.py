@@ -1,9 +1,13 @@
-"""engine.events.Acceptance: the one value that counts how drafts fared, for the stats, the lab and the doctor."""
+"""engine.events.Acceptance, the one value that counts how drafts fared (for the stats, the lab and the doctor), and
+the StatsEvent that carries it with the fitted costs and the latest cut free draft."""
+import json
+
 import pytest
 
+from engine.costs.costmodel import StepCosts
 from engine.costs.kpolicy import StepRecord
 from engine.decode.stream import StatsTracker
-from engine.events import Acceptance
+from engine.events import Acceptance, DraftCut
 
 
 def step(n_drafted: int, n_accepted: int, free: bool = False) -> StepRecord:
@@ -30,12 +34,19 @@ def test_runs_sum_as_if_their_steps_had_been_one_run():
     assert Acceptance(proposed_by_pos=(0, 2), accepted_by_pos=(0, 1)).rate_by_pos == (None, 0.5)
 
 
-def test_the_stats_hold_the_trackers_counts_and_say_them_in_json():
-    tracker = StatsTracker(proposer="draft")
-    for s in (step(4, 3), step(4, 4)):
-        tracker.record_step(s)
+def test_the_stats_hold_the_trackers_values_and_say_them_in_json():
+    tracker = StatsTracker(proposer="lookup")
+    costs = StepCosts(verify_fixed_s=0.05, verify_per_token_s=0.01, draft_per_token_s=0.0, verify_table=((1, 0.06),))
+    tracker.record_step(step(4, 3), costs=costs)
+    tracker.record_step(step(4, 4), costs=costs, cut=DraftCut("lookup", 9, 4, costs.verify_per_token_s))
     snapshot = tracker.snapshot(new_tokens=9)
     assert snapshot.acceptance == Acceptance().add(step(4, 3)).add(step(4, 4))
-    as_json = snapshot.to_dict()["acceptance"]
-    assert as_json["accepted"] == 7 and as_json["alpha"] == pytest.approx(7 / 8)
-    assert as_json["mean_accepted"] == pytest.approx(3.5) and as_json["accepted_by_pos"] == (2, 2, 2, 1)
+    assert snapshot.costs == costs and snapshot.cut_steps == 1 and snapshot.latest_cut.kept == 4
+    as_json = json.loads(json.dumps(snapshot.to_dict()))
+    assert as_json["acceptance"]["accepted"] == 7 and as_json["acceptance"]["alpha"] == pytest.approx(7 / 8)
+    assert as_json["acceptance"]["mean_accepted"] == pytest.approx(3.5)
+    assert as_json["acceptance"]["accepted_by_pos"] == [2, 2, 2, 1]
+    assert as_json["costs"] == {"verify_fixed_s": 0.05, "verify_per_token_s": 0.01, "draft_per_token_s": 0.0,
+                                "verify_table": [[1, 0.06]]}
+    assert as_json["latest_cut"] == {"proposer": "lookup", "drafted": 9, "kept": 4, "verify_per_token_s": 0.01}
+    assert json.loads(json.dumps(StatsTracker().snapshot(0).to_dict()))["costs"] is None  # target-only: no fit

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from app.baseline import BaselineStore, baseline_key, get_or_measure, grid_estimate
 from engine.errors import NoPairError
-from engine.surface import EngineSurface, ExperimentGrid
+from engine.surface import EngineSurface, ExperimentGrid, PairInfo
 
 MAX_SESSIONS = 256
 
@@ -56,15 +56,12 @@ class AppContext:
     baselines: BaselineStore = field(default_factory=BaselineStore)
     cancels: CancelFlags = field(default_factory=CancelFlags)
 
-    def pair(self) -> dict | None:
+    def pair(self) -> PairInfo | None:
+        """The loaded pair, or None when none is loaded."""
         try:
-            info = self.engine.info()
+            return self.engine.info()
         except NoPairError:
             return None
-        return {"target": info.target, "draft": info.draft, "target_precision": info.target_precision,
-                "draft_precision": info.draft_precision, "device": info.device,
-                "precision_note": info.precision_note, "bit_identical": info.bit_identical,
-                "identity": info.identity, "runner": info.runner}
 
     def baseline(self) -> dict | None:
         """The cached target-only measurement for the loaded pair, or None (never measures)."""

@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from app.views.divergence import divergence_text
 from app.views.markdown import render_markdown
 from app.views.render import render_answer
 from engine.events import CacheEvent, DoneEvent, StatsEvent, TokenEvent
+from engine.surface import PairInfo
 
 
 @dataclass
@@ -51,14 +52,14 @@ class Turn:
         return counts
 
 
-def trace_document(turn: Turn, messages: list[dict], pair: dict | None, settings: dict, divergence=None,
+def trace_document(turn: Turn, messages: list[dict], pair: PairInfo | None, settings: dict, divergence=None,
                    reference: Turn | None = None) -> dict:
     """What the export writes: the pair, the settings, the conversation, and every event of the answer.
 
     A race adds the target-only answer's events (``reference``) and, where the two differ, the divergence
     (engine.divergence.Divergence) with its explanation in words."""
     doc = {"format": "speclens-trace/1", "exported_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-           "pair": pair, "settings": settings, "messages": messages,
+           "pair": asdict(pair) if pair is not None else None, "settings": settings, "messages": messages,
            "events": turn.events}  # the live list: the document grows with the answer
     if reference is not None:
         doc["target_only_events"] = reference.events

@@ -20,6 +20,10 @@ MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit integer
 MAX_CANDIDATES = 20  # the most likely tokens a TokenEvent may list beside its own (OpenAI's top_logprobs allows 20)
 # engine/proposers/__init__.py asserts that its registry has exactly these keys (it says which draft each uses)
 PROPOSER_NAMES = ("draft", "fast-draft", "lookup", "hybrid")
+# the proposers that need no draft model, so every draft they make is free (engine.decode.draft.Draft.free): the k
+# policy has no draft length to size, and a prediction prices their drafts at no draft cost. The registry asserts
+# that exactly these build without a draft model
+FREE_PROPOSERS = frozenset({"lookup"})
 # off: no lookup, no store; verify: a similar cached answer becomes the draft; direct: served as is if guards pass
 CACHE_MODES = ("off", "verify", "direct")
 DEFAULT_CACHE_THRESHOLD = 0.80  # MiniLM: paraphrases sit at 0.81-0.99; unrelated prompts mostly below 0.75

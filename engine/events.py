@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 from engine.costs.costmodel import StepCosts
+from engine.costs.kpolicy import StepRecord
 
 TOKEN_KINDS = ("accepted", "corrected", "bonus", "target", "cached")
 
@@ -58,31 +59,31 @@ class TokenEvent:
         return asdict(self)
 
 
+def _sum_by_pos(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    width = max(len(a), len(b))
+    return tuple((a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(width))
+
+
 @dataclass(frozen=True)
-class StatsEvent:
-    steps: int
-    new_tokens: int
-    proposed: int  # draft tokens proposed so far
-    accepted: int  # draft tokens accepted so far
-    elapsed_s: float
-    k: int  # draft length used in the latest step
+class Acceptance:
+    """How the target took the drafts of a generation, or of several (``+`` sums them): the counts behind the
+    acceptance rate, the cost model's alpha and the acceptance-by-position plot. ``add`` counts one more step."""
+    steps: int = 0  # decode steps, target-only ones included
+    proposed: int = 0  # draft tokens the target verified
+    accepted: int = 0  # of them, accepted
     rejected_steps: int = 0  # steps whose draft had a rejected token (at most one per step: the first ends it)
-    proposer: str = ""
-    fallback: bool = False  # True while speculation is paused (target-only steps)
-    draft_s: float = 0.0  # time spent proposing
-    verify_s: float = 0.0  # time spent in target forwards
-    accepted_by_pos: tuple[int, ...] = ()  # accepted[i]: drafts whose token i was accepted
-    proposed_by_pos: tuple[int, ...] = ()  # proposed[i]: drafts that had a token at position i
-    cut_steps: int = 0  # steps whose free (lookup) draft the k policy cut or skipped: it would not have paid
-    cut_note: str = ""  # the latest such cut, in words ("lookup span cut 9 → 2: verify costs 46 ms per token here")
-    # the cost model fitted so far (engine.costs.costmodel.StepCosts): a target forward over n tokens takes
-    # verify_fixed_s + verify_per_token_s * n seconds, a drafted token draft_per_token_s; None before a fit.
-    # verify_table: the measured curve t(n) as (n, seconds) pairs, which prices a step where it is known
-    verify_fixed_s: float | None = None
-    verify_per_token_s: float | None = None
-    draft_per_token_s: float | None = None
-    verify_table: tuple[tuple[int, float], ...] = ()
-    type: str = "stats"
+    accepted_by_pos: tuple[int, ...] = ()  # accepted_by_pos[i]: drafts whose token i was accepted
+    proposed_by_pos: tuple[int, ...] = ()  # proposed_by_pos[i]: drafts that had a token at position i
+
+    def add(self, step: StepRecord) -> Acceptance:
+        n, kept = step.n_drafted, step.n_accepted
+        return self + Acceptance(1, n, kept, int(step.rejected), (1,) * kept + (0,) * (n - kept), (1,) * n)
+
+    def __add__(self, other: Acceptance) -> Acceptance:
+        return Acceptance(self.steps + other.steps, self.proposed + other.proposed, self.accepted + other.accepted,
+                          self.rejected_steps + other.rejected_steps,
+                          _sum_by_pos(self.accepted_by_pos, other.accepted_by_pos),
+                          _sum_by_pos(self.proposed_by_pos, other.proposed_by_pos))
 
     @property
     def acceptance_rate(self) -> float:
@@ -97,23 +98,56 @@ class StatsEvent:
 
     @property
     def mean_accepted(self) -> float:
-        """Mean number of draft tokens accepted per speculation step."""
+        """Mean number of draft tokens accepted per step."""
         return self.accepted / self.steps if self.steps else 0.0
+
+    @property
+    def mean_drafted(self) -> float:
+        """Mean number of draft tokens verified per step (the mean k)."""
+        return self.proposed / self.steps if self.steps else 0.0
+
+    @property
+    def rate_by_pos(self) -> tuple[float | None, ...]:
+        """The acceptance rate at each draft position; None where no draft reached it."""
+        return tuple(a / p if p else None for a, p in zip(self.accepted_by_pos, self.proposed_by_pos))
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "acceptance_rate": self.acceptance_rate, "alpha": self.alpha,
+                "mean_accepted": self.mean_accepted}
+
+
+@dataclass(frozen=True)
+class DraftCut:
+    """The k policy cut a free draft short: the tokens past ``kept`` would not have paid for the wider verify
+    forward they need (``kept`` 0: the step ran target-only). The app puts it into words (app/views/stats.py)."""
+    proposer: str  # whose draft it was (the stats' proposer name)
+    drafted: int  # the draft's length as proposed
+    kept: int  # the tokens the target verified
+    verify_per_token_s: float | None = None  # what each verified token costs by the fitted step costs
+
+
+@dataclass(frozen=True)
+class StatsEvent:
+    new_tokens: int
+    elapsed_s: float
+    k: int  # draft length used in the latest step
+    acceptance: Acceptance = Acceptance()  # the steps so far and how their drafts fared
+    proposer: str = ""
+    fallback: bool = False  # True while speculation is paused (target-only steps)
+    draft_s: float = 0.0  # time spent proposing
+    verify_s: float = 0.0  # time spent in target forwards
+    cut_steps: int = 0  # steps whose free draft the k policy cut or skipped: it would not have paid
+    latest_cut: DraftCut | None = None  # the latest such cut
+    costs: StepCosts | None = None  # the k policy's step costs fitted so far; None before a fit (or target-only)
+    type: str = "stats"
 
     @property
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
-    @property
-    def costs(self) -> StepCosts | None:
-        if self.verify_fixed_s is None or self.verify_per_token_s is None or self.draft_per_token_s is None:
-            return None
-        return StepCosts(self.verify_fixed_s, self.verify_per_token_s, self.draft_per_token_s, self.verify_table)
-
     def to_dict(self) -> dict:
         d = asdict(self)
-        d.update(acceptance_rate=self.acceptance_rate, mean_accepted=self.mean_accepted,
-                 tokens_per_s=self.tokens_per_s)
+        d.update(acceptance=self.acceptance.to_dict(), tokens_per_s=self.tokens_per_s)
         return d
 
 

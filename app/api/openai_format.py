@@ -179,8 +179,7 @@ class Answer:
 
 
 def usage(prompt_tokens: int, completion_tokens: int, stats) -> dict:
-    proposed = getattr(stats, "proposed", 0) if stats is not None else 0
-    accepted = getattr(stats, "accepted", 0) if stats is not None else 0
+    proposed, accepted = (stats.acceptance.proposed, stats.acceptance.accepted) if stats is not None else (0, 0)
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens, "proposed": proposed, "accepted": accepted,
             "acceptance_rate": accepted / proposed if proposed else 0.0}

@@ -49,14 +49,14 @@ def _start(ctx: AppContext, req: ChatCompletionRequest, cancel: threading.Event)
 
 def _model(ctx: AppContext) -> str:
     pair = ctx.pair()
-    return pair["target"] if pair else "speclens"
+    return pair.target if pair else "speclens"
 
 
 def identity(ctx: AppContext) -> dict | None:
     """The pair's identity check, measured at load (``x_identity``): is greedy speculation bit-for-bit the
     target's output on this machine, and what the check found."""
     pair = ctx.pair()
-    return None if pair is None else {"bit_identical": pair["bit_identical"], "check": pair["identity"]}
+    return None if pair is None else {"bit_identical": pair.bit_identical, "check": pair.identity}
 
 
 def released(answer: Answer, events: Iterator, cancel: threading.Event) -> Iterator[Piece]:
@@ -161,11 +161,11 @@ def add_openai_routes(app: FastAPI, ctx: AppContext, api_key: str | None = None)
     @app.get("/v1/models")
     def list_models():
         pair = ctx.pair()
-        roles = [] if pair is None else [("target", pair["target"], pair["target_precision"]),
-                                         ("draft", pair["draft"], pair["draft_precision"])]
+        roles = [] if pair is None else [("target", pair.target, pair.target_precision),
+                                         ("draft", pair.draft, pair.draft_precision)]
         return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "speclens",
-                                            "x_role": role, "x_precision": prec, "x_runner": pair["runner"],
-                                            "x_precision_note": pair["precision_note"],
+                                            "x_role": role, "x_precision": prec, "x_runner": pair.runner,
+                                            "x_precision_note": pair.precision_note,
                                             **({"x_identity": identity(ctx)} if role == "target" else {})}
                                            for role, name, prec in roles]}
 

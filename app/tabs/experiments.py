@@ -13,10 +13,10 @@ from app.tabs.engine_queue import ENGINE
 from app.views.render import error_html, error_message, info_html
 from app.views.report.files import load_result, save_result
 from app.views.report.views import acceptance_chart, doctor_html, progress_html, speedup_chart, table_frame
-from engine.config import PRECISIONS
+from engine.config import AUTO, PRECISIONS
 from engine.errors import EngineError, InvalidSettingError
 from engine.surface import (LAB_PROPOSERS, OWN, PROMPT_SETS, ExperimentGrid, own_prompts, parse_ks, parse_names,
-                            parse_temperatures)
+                            parse_temperatures, PairInfo)
 
 FORM = ("sets", "prompts", "ks", "temps", "proposers", "target", "drafts", "draft_precs", "target_precs", "per_set",
         "tokens", "seed")  # the grid's fields, in form_values' order
@@ -64,12 +64,12 @@ class ExperimentsTab:
                 self.download_json, self.download_html, self.result]
 
 
-def create(pair: dict | None) -> ExperimentsTab:
+def create(pair: PairInfo | None) -> ExperimentsTab:
     with gr.Tab("Experiments", id="experiments-tab"):
         gr.Markdown("Run a **grid** of speculative settings over prompt sets: each cell runs its prompts "
                     "speculatively and target-only, seeded (prompt *i* samples with seed + *i*), so a rerun gives "
                     "the same tokens. Models load once per run; chats in other tabs wait until the run ends or stops.")
-        form = _create_form(pair or {})
+        form = _create_form(pair)
         with gr.Row():
             buttons = dict(doctor=gr.Button("Check the loaded pair (pair doctor)", elem_id="exp-doctor"),
                            run=gr.Button(RUN, variant="primary", elem_id="exp-run"),
@@ -77,7 +77,7 @@ def create(pair: dict | None) -> ExperimentsTab:
         return ExperimentsTab(**form, **buttons, **_create_results())
 
 
-def _create_form(pair: dict) -> dict:
+def _create_form(pair: PairInfo | None) -> dict:
     e = {}
     with gr.Row():
         e["sets"] = gr.CheckboxGroup(list(PROMPT_SETS), value=["code"], label="Prompt sets", elem_id="exp-sets")
@@ -88,12 +88,13 @@ def _create_form(pair: dict) -> dict:
         e["proposers"] = gr.CheckboxGroup(list(LAB_PROPOSERS), value=["draft"], label="Proposers",
                                           elem_id="exp-proposers")
     with gr.Row():
-        e["target"] = gr.Textbox(pair.get("target", ""), label="Target model", elem_id="exp-target")
-        e["drafts"] = gr.Textbox(pair.get("draft", ""), label="Draft models (comma-separated)", elem_id="exp-drafts")
+        e["target"] = gr.Textbox(pair.target if pair else "", label="Target model", elem_id="exp-target")
+        e["drafts"] = gr.Textbox(pair.draft if pair else "", label="Draft models (comma-separated)",
+                                 elem_id="exp-drafts")
     with gr.Row():
-        e["draft_precs"] = gr.CheckboxGroup(list(PRECISIONS), value=[pair.get("draft_precision", "auto")],
+        e["draft_precs"] = gr.CheckboxGroup(list(PRECISIONS), value=[pair.draft_precision if pair else AUTO],
                                             label="Draft precisions", elem_id="exp-draft-precs")
-        e["target_precs"] = gr.CheckboxGroup(list(PRECISIONS), value=[pair.get("target_precision", "auto")],
+        e["target_precs"] = gr.CheckboxGroup(list(PRECISIONS), value=[pair.target_precision if pair else AUTO],
                                              label="Target precisions", elem_id="exp-target-precs")
     with gr.Row():
         e["per_set"] = gr.Number(2, precision=0, label="Prompts per set", elem_id="exp-per-set")

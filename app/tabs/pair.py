@@ -14,6 +14,7 @@ from app.views.render import error_html, error_message, esc
 from app.views.stats import render_stats
 from engine.config import AUTO, PRECISIONS
 from engine.errors import EngineError
+from engine.surface import PairInfo
 
 PRECISION_CHOICES = list(PRECISIONS)  # "auto" first: the measured fastest for this machine
 
@@ -29,16 +30,16 @@ class PairPanel:
     status: gr.HTML
 
 
-def create(pair: dict | None) -> PairPanel:
+def create(pair: PairInfo | None) -> PairPanel:
     choices = model_choices()
-    target = (pair or {}).get("target") or (choices[0] if choices else "")
-    draft = (pair or {}).get("draft") or (choices[-1] if choices else "")
+    target = pair.target if pair else (choices[0] if choices else "")
+    draft = pair.draft if pair else (choices[-1] if choices else "")
     target_box = gr.Dropdown(choices, value=target, label="Target model", allow_custom_value=True,
                              info="built-in name, HF id, local path or .gguf", elem_id="target")
-    target_prec = gr.Radio(PRECISION_CHOICES, value=(pair or {}).get("target_precision", AUTO),
+    target_prec = gr.Radio(PRECISION_CHOICES, value=pair.target_precision if pair else AUTO,
                            show_label=False, elem_id="target-precision", elem_classes=["precision"])
     draft_box = gr.Dropdown(choices, value=draft, label="Draft model", allow_custom_value=True, elem_id="draft")
-    draft_prec = gr.Radio(PRECISION_CHOICES, value=(pair or {}).get("draft_precision", AUTO),
+    draft_prec = gr.Radio(PRECISION_CHOICES, value=pair.draft_precision if pair else AUTO,
                           show_label=False, elem_id="draft-precision", elem_classes=["precision"])
     with gr.Row():
         load = gr.Button("Load pair", variant="primary", elem_id="load-pair", scale=1, min_width=90)
@@ -48,19 +49,19 @@ def create(pair: dict | None) -> PairPanel:
                      load=load, remeasure=remeasure, status=status)
 
 
-def pair_status_html(pair: dict | None, baseline: dict | None = None, note: str = "") -> str:
+def pair_status_html(pair: PairInfo | None, baseline: dict | None = None, note: str = "") -> str:
     if pair is None:
         body = "No pair loaded yet."
     else:
-        body = (f'<b>target</b> {esc(pair["target"])} <span class="prec">{esc(pair["target_precision"])}</span>'
-                f' · <b>draft</b> {esc(pair["draft"])} <span class="prec">{esc(pair["draft_precision"])}</span>'
-                f' · {esc(pair["device"])}' + (f' · {esc(pair["runner"])}' if pair.get("runner") else ""))
+        body = (f'<b>target</b> {esc(pair.target)} <span class="prec">{esc(pair.target_precision)}</span>'
+                f' · <b>draft</b> {esc(pair.draft)} <span class="prec">{esc(pair.draft_precision)}</span>'
+                f' · {esc(pair.device)}' + (f' · {esc(pair.runner)}' if pair.runner else ""))
         if baseline:
             body += f' · target-only {baseline["tokens_per_s"]:.1f} tok/s'
-        if pair.get("precision_note"):
-            body += f'<div class="precision-note">{esc(pair["precision_note"])}</div>'
-        if pair.get("identity"):
-            body += f'<div class="identity-note">{esc(pair["identity"])}</div>'
+        if pair.precision_note:
+            body += f'<div class="precision-note">{esc(pair.precision_note)}</div>'
+        if pair.identity:
+            body += f'<div class="identity-note">{esc(pair.identity)}</div>'
     extra = f'<div class="pair-note">{esc(note)}</div>' if note else ""
     return f'<div class="pair-status">{body}{extra}</div>'
 

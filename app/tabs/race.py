@@ -17,6 +17,7 @@ from app.settings import UISettings, sampling_config, spec_config
 from app.turn import Turn, trace_document
 from engine.config import CACHE_OFF
 from engine.errors import EngineError
+from engine.surface import PairInfo
 
 ANSWER_CLASSES = ("race-answer",)
 
@@ -113,7 +114,7 @@ def race_summary(ref: Turn, spec: Turn, greedy: bool, divergence=None, bit_ident
     verdict = "faster" if factor >= 1 else "slower"
     return (f'<div class="race-summary"><b>Speculative is {factor:.2f}× the target-only speed ({verdict})</b> · '
             f"target only {r.elapsed_s:.2f} s ({r.tokens_per_s:.1f} tok/s) · speculative {p.elapsed_s:.2f} s "
-            f"({p.tokens_per_s:.1f} tok/s, acceptance {p.acceptance_rate:.0%}) · {check}"
+            f"({p.tokens_per_s:.1f} tok/s, acceptance {p.acceptance.acceptance_rate:.0%}) · {check}"
             f"{divergence_html(divergence)}</div>")
 
 
@@ -133,7 +134,8 @@ def _explain(ctx: AppContext, messages: list[dict], sampling, ref: Turn, spec: T
     return ctx.engine.explain_divergence(messages, sampling, list(ref.done.token_ids), list(spec.done.token_ids))
 
 
-def race_trace(ref: Turn, spec: Turn, messages: list[dict], pair: dict | None, s: UISettings, divergence) -> dict:
+def race_trace(ref: Turn, spec: Turn, messages: list[dict], pair: PairInfo | None, s: UISettings,
+               divergence) -> dict:
     """The speculative answer's trace, with the target-only events and the divergence explained."""
     return trace_document(spec, messages, pair, s.to_dict(), divergence=divergence, reference=ref)
 
@@ -164,12 +166,12 @@ def _race(ctx: AppContext, tab: RaceTab, prompt: str, s: UISettings, flag):
         spec_events = ctx.engine.generate(messages, sampling, spec_cfg, cache=CACHE_OFF, cancel=flag)
         yield from _pump(spec_events, spec, tab.spec)
     divergence = _explain(ctx, messages, sampling, ref, spec)
-    pair = ctx.pair() or {}
-    yield {tab.summary: race_summary(ref, spec, sampling.greedy, divergence, bool(pair.get("bit_identical")),
-                                     pair.get("identity", "")),
+    pair = ctx.pair()
+    yield {tab.summary: race_summary(ref, spec, sampling.greedy, divergence, bool(pair and pair.bit_identical),
+                                     pair.identity if pair else ""),
            # any divergence can be re-run in fp32: a tie settles there; one where the check found no ties is a bug
            tab.prove: gr.update(visible=divergence is not None),
-           tab.trace: race_trace(ref, spec, messages, ctx.pair(), s, divergence)}
+           tab.trace: race_trace(ref, spec, messages, pair, s, divergence)}
 
 
 def prove_race(ctx: AppContext, tab: RaceTab, trace: dict):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from app.views.render import CACHE_LABELS, esc
-from engine.events import CacheEvent, StatsEvent
+from engine.events import CacheEvent, DraftCut, StatsEvent
 
 SERVED = ("exact", "cached")  # cache outcomes where no model runs
 METER_MAX = 3.0  # the meter spans 0x .. 3x the target-only speed
@@ -15,7 +15,7 @@ def theoretical_speedup(stats: StatsEvent, k: int) -> float | None:
     """The cost model's expected speedup over target-only at draft length k, for the measured acceptance and
     the fitted step costs (the same model the adaptive k maximises: engine.costs.costmodel)."""
     costs = stats.costs
-    return None if costs is None else costs.speedup(stats.alpha, k)
+    return None if costs is None else costs.speedup(stats.acceptance.alpha, k)
 
 
 def speedup(stats: StatsEvent | None, baseline: dict | None) -> float | None:
@@ -31,10 +31,10 @@ def format_stats(stats: StatsEvent | None) -> dict[str, str]:
     costs = stats.costs
     return {
         "tokens/s": f"{stats.tokens_per_s:.1f}",
-        "acceptance": f"{stats.acceptance_rate:.0%}" if stats.proposed else "–",
-        "mean accepted": f"{stats.mean_accepted:.2f}",
+        "acceptance": f"{stats.acceptance.acceptance_rate:.0%}" if stats.acceptance.proposed else "–",
+        "mean accepted": f"{stats.acceptance.mean_accepted:.2f}",
         "k": f"{stats.k}" + (" (fallback)" if stats.fallback else ""),
-        "steps": f"{stats.steps}",
+        "steps": f"{stats.acceptance.steps}",
         "tokens": f"{stats.new_tokens}",
         "verify ms": "–" if costs is None else
         f"{costs.verify_fixed_s * 1e3:.0f} + {costs.verify_per_token_s * 1e3:.0f}·n",
@@ -95,12 +95,21 @@ def policy_html(stats: StatsEvent | None) -> str:
     if stats is None or not (stats.cut_steps or stats.fallback):
         return ""
     said = []
-    if stats.cut_steps:
-        said.append(f"{stats.cut_steps} of {stats.steps} steps cut their free draft; latest: {stats.cut_note}")
+    if stats.cut_steps and stats.latest_cut is not None:
+        said.append(f"{stats.cut_steps} of {stats.acceptance.steps} steps cut their free draft; latest: "
+                    f"{cut_text(stats.latest_cut)}")
     if stats.fallback:
         said.append("the draft model is paused: at this acceptance its tokens cost more than they save here "
                     "(target-only steps, with a probe now and then)")
     return f'<div class="policy-note" data-stat="policy">{esc(" · ".join(said))}</div>'
+
+
+def cut_text(cut: DraftCut) -> str:
+    """A free draft the k policy cut, in words: "lookup span cut 9 → 2: verify costs 46 ms per token here"."""
+    what = f"cut {cut.drafted} → {cut.kept}" if cut.kept else f"of {cut.drafted} skipped"
+    per_token = "" if cut.verify_per_token_s is None else \
+        f": verify costs {cut.verify_per_token_s * 1e3:.0f} ms per token here"
+    return f"{cut.proposer} span {what}{per_token}"
 
 
 def _frame(rows: list[dict], dtypes: dict[str, str]) -> pd.DataFrame:
@@ -112,7 +121,7 @@ def acceptance_frame(stats: StatsEvent | None) -> pd.DataFrame:
     """Acceptance rate at each draft position (1-based): accepted_by_pos / proposed_by_pos."""
     rows = []
     if stats is not None:
-        for i, (acc, prop) in enumerate(zip(stats.accepted_by_pos, stats.proposed_by_pos)):
+        for i, (acc, prop) in enumerate(zip(stats.acceptance.accepted_by_pos, stats.acceptance.proposed_by_pos)):
             if prop:
                 # zero-padded: the bar plot orders categories as text ("10" would sort before "2")
                 rows.append({"position": f"{i + 1:02d}", "acceptance": acc / prop, "drafts": prop})

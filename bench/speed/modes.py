@@ -47,8 +47,8 @@ WARMUP_PROMPT = "Say hello."
 def _drain(events) -> dict:
     done = final_done(events)
     stats = done.stats
-    return {"tokens": list(done.token_ids), "acceptance_rate": stats.acceptance_rate,
-            "mean_accepted": stats.mean_accepted}
+    return {"tokens": list(done.token_ids), "acceptance_rate": stats.acceptance.acceptance_rate,
+            "mean_accepted": stats.acceptance.mean_accepted}
 
 
 def run_target(engine: ChatEngine, messages, sampling, spec, item) -> dict:

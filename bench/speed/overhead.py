@@ -103,7 +103,7 @@ def measure(engine: ChatEngine, prompts: list[str], modes: list[str], max_new_to
                 start = time.perf_counter()
                 done = final_done(runs[mode]([{"role": "user", "content": prompt}]))
                 seconds += time.perf_counter() - start
-            steps += done.stats.steps
+            steps += done.stats.acceptance.steps
             forward_s += inside[0]
         rows.append(Overhead(mode, steps, seconds, forward_s))
     return rows

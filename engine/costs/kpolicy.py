@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from engine.config import SpecConfig
+from engine.config import FREE_PROPOSERS, SpecConfig
 from engine.costs.costmodel import CostFit, StepCosts
 
 
@@ -70,7 +70,7 @@ class FreeDrafts:
 
     def __init__(self, probe_every: int = 8, decay: float = 0.8):
         # a prior of 0.8 worth one token: a prompt with nothing to copy stops paying for lookups after one or two
-        # failed spans (a prior worth five tokens kept verifying wrong spans for four steps: 0.88x on such prompts)
+        # failed spans (a heavier prior keeps verifying wrong spans for several steps)
         self.accepted, self.rejected, self.decay = 0.8, 0.2, decay
         self.probes = Backoff(probe_every)
 
@@ -183,8 +183,8 @@ class AdaptiveK:
 
 def policy_for(spec: SpecConfig, prior: StepCosts | None = None) -> KPolicy:
     """The policy for ``spec``; ``prior`` (the pair's calibration) starts its cost model."""
-    if spec.adaptive and spec.proposer == "lookup":  # no draft model to size: k_max bounds the lookups, which
-        return FixedK(spec.k_max, prior=prior)          # FreeDrafts prices
+    if spec.adaptive and spec.proposer in FREE_PROPOSERS:  # no draft model to size: k_max bounds its free drafts,
+        return FixedK(spec.k_max, prior=prior)                 # which FreeDrafts prices
     if spec.adaptive:
         return AdaptiveK(k_init=min(max(spec.k, spec.k_min), spec.k_max), k_min=spec.k_min, k_max=spec.k_max,
                          prior=prior)

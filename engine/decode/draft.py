@@ -22,6 +22,12 @@ class Draft:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    @property
+    def free(self) -> bool:
+        """A one-hot draft (no draft distributions: a prompt lookup, a cached answer): it cost no draft forward to
+        make, though each token still widens the verify forward. An empty draft is no draft, so not free."""
+        return bool(self.tokens) and self.q_probs is None
+
     def truncate(self, n: int) -> Draft:
         if len(self.tokens) <= n:
             return self

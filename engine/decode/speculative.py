@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import torch
 
 from engine.config import SamplingConfig
-from engine.events import Event, TokenEvent
+from engine.events import DraftCut, Event, TokenEvent
 from engine.costs.kpolicy import FixedK, KChoice, KPolicy, StepRecord
 from engine.decode.clock import StepClock
 from engine.backends.torch_runner import ModelRunner
@@ -49,29 +49,29 @@ def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: li
         # 5. emit (with the most likely tokens of each emitted position, when the sampling asks for them)
         context += draft.tokens[: verdict.n_accepted] + [verdict.token]
         tops = top_tokens(p_target[: verdict.n_accepted + 1], sampling.candidates or 0)
-        yield from _emit(stream, draft, verdict, p_target, tops, stats.steps - 1)
+        yield from _emit(stream, draft, verdict, p_target, tops, stats.acceptance.steps - 1)
         yield stats.snapshot(len(stream.token_ids))
     yield stream.done(stats.snapshot(len(stream.token_ids)))
 
 
-def _propose(proposer: Proposer, k_policy: KPolicy, context: list[int], k: int, room: int) -> tuple[Draft, str]:
+def _propose(proposer: Proposer, k_policy: KPolicy, context: list[int], k: int,
+             room: int) -> tuple[Draft, DraftCut | None]:
     """A draft of up to ``k`` model tokens, never more than ``room`` (tokens beyond it could never be emitted).
     A free (one-hot) draft may be longer than ``k``: it costs nothing to make, but each token widens the verify
-    forward, so the k policy prices it and may cut it (to 0: a target-only step). Also says why it cut one."""
+    forward, so the k policy prices it and may cut it (to 0: a target-only step). Also what it cut (None: no cut)."""
     draft = proposer.propose(context, min(k, room))
-    limit = k_policy.free_limit() if draft.q_probs is None and len(draft) else None
+    limit = k_policy.free_limit() if draft.free else None
     kept = draft.truncate(room if limit is None else min(room, limit))
     if limit is None or len(kept) >= min(len(draft), room):
-        return kept, ""
+        return kept, None
     costs = k_policy.costs
-    per_token = f": verify costs {costs.verify_per_token_s * 1e3:.0f} ms per token here" if costs else ""
-    what = f"cut {len(draft)} → {len(kept)}" if len(kept) else f"of {len(draft)} skipped"
-    return kept, f"{proposer.name} span {what}{per_token}"
+    return kept, DraftCut(proposer.name, len(draft), len(kept), costs.verify_per_token_s if costs else None)
 
 
-def _record(step: StepRecord, choice: KChoice, k_policy: KPolicy, stats: StatsTracker, cut: str = "") -> None:
-    """The step's bookkeeping, in one place: the k policy learns from it, the stats count it (and why a free
-    draft was cut, ``cut``)."""
+def _record(step: StepRecord, choice: KChoice, k_policy: KPolicy, stats: StatsTracker,
+            cut: DraftCut | None = None) -> None:
+    """The step's bookkeeping, in one place: the k policy learns from it, the stats count it (and the free draft
+    it cut, ``cut``)."""
     k_policy.update(step)
     stats.record_step(step, fallback=choice.fallback, costs=k_policy.costs, cut=cut)
 

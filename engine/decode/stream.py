@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from engine.costs.costmodel import StepCosts
 from engine.costs.kpolicy import StepRecord
 from engine.decode.detok import IncrementalDetokenizer, TokenSpeller
-from engine.events import Candidates, DoneEvent, StatsEvent, TokenEvent
+from engine.events import Acceptance, Candidates, DoneEvent, DraftCut, StatsEvent, TokenEvent
 
 
 class TokenStream:
@@ -78,53 +78,30 @@ class TokenStream:
 @dataclass
 class StatsTracker:
     proposer: str = ""
-    steps: int = 0
-    proposed: int = 0
-    accepted: int = 0
-    rejected_steps: int = 0
+    acceptance: Acceptance = Acceptance()
     draft_s: float = 0.0
     verify_s: float = 0.0
     k: int = 0
     fallback: bool = False
     costs: StepCosts | None = None  # the k policy's fitted step costs
     cut_steps: int = 0  # steps whose free draft the k policy cut (or skipped): it would not have paid
-    cut_note: str = ""  # the latest cut, in words
-    accepted_by_pos: list[int] = field(default_factory=list)
-    proposed_by_pos: list[int] = field(default_factory=list)
+    latest_cut: DraftCut | None = None
     t0: float = field(default_factory=time.perf_counter)
 
     def record_step(self, step: StepRecord, fallback: bool = False, costs: StepCosts | None = None,
-                    cut: str = "") -> None:
+                    cut: DraftCut | None = None) -> None:
         """Count one step; ``fallback`` and ``costs`` are the k policy's as of this step (a target-only
-        decoder has none), ``cut`` why it cut this step's free draft."""
-        self.steps += 1
-        if cut:
-            self.cut_steps, self.cut_note = self.cut_steps + 1, cut
+        decoder has none), ``cut`` the free draft it cut in this step."""
+        self.acceptance = self.acceptance.add(step)
+        if cut is not None:
+            self.cut_steps, self.latest_cut = self.cut_steps + 1, cut
         self.k = step.n_drafted
-        self.proposed += step.n_drafted
-        self.accepted += step.n_accepted
-        self.rejected_steps += step.rejected
         self.draft_s += step.draft_s
         self.verify_s += step.verify_s
         self.fallback, self.costs = fallback, costs
-        grow = step.n_drafted - len(self.proposed_by_pos)
-        if grow > 0:
-            self.proposed_by_pos += [0] * grow
-            self.accepted_by_pos += [0] * grow
-        for i in range(step.n_drafted):
-            self.proposed_by_pos[i] += 1
-            self.accepted_by_pos[i] += i < step.n_accepted
 
     def snapshot(self, new_tokens: int) -> StatsEvent:
-        return StatsEvent(steps=self.steps, new_tokens=new_tokens, proposed=self.proposed, accepted=self.accepted,
-                          rejected_steps=self.rejected_steps, elapsed_s=time.perf_counter() - self.t0, k=self.k,
-                          proposer=self.proposer, fallback=self.fallback, draft_s=self.draft_s, verify_s=self.verify_s,
-                          accepted_by_pos=tuple(self.accepted_by_pos), proposed_by_pos=tuple(self.proposed_by_pos),
-                          cut_steps=self.cut_steps, cut_note=self.cut_note, **_cost_fields(self.costs))
-
-
-def _cost_fields(costs: StepCosts | None) -> dict:
-    if costs is None:
-        return {}
-    return {"verify_fixed_s": costs.verify_fixed_s, "verify_per_token_s": costs.verify_per_token_s,
-            "draft_per_token_s": costs.draft_per_token_s, "verify_table": costs.verify_table}
+        return StatsEvent(new_tokens=new_tokens, elapsed_s=time.perf_counter() - self.t0, k=self.k,
+                          acceptance=self.acceptance, proposer=self.proposer, fallback=self.fallback,
+                          draft_s=self.draft_s, verify_s=self.verify_s, cut_steps=self.cut_steps,
+                          latest_cut=self.latest_cut, costs=self.costs)

@@ -17,6 +17,7 @@ from engine.models.devices import config_size
 from engine.models.loading import LoadedModel, runner_for
 from engine.models.prompt import encode_chat
 from engine.costs.costmodel import StepCosts, break_even_alpha, fit_line
+from engine.events import Acceptance
 from engine.precision import RECORDS
 
 VERIFY_TOKENS = (1, 2, 4, 8, 16)
@@ -62,12 +63,12 @@ def probe(target: LoadedModel, draft: LoadedModel, costs: StepCosts, kind: str, 
           cancel: threading.Event | None) -> dict:
     """Greedy acceptance of the draft (k = 4) on the kind's first prompts, and the cost model's speedup per k."""
     cell = Cell(kind, 4, 0.0, "draft", draft.name, draft.precision, target.precision)
-    accepted = rejected = 0
+    acceptance = Acceptance()
     for prompt in PROMPT_SETS[kind][:PROBE_PROMPTS]:
         ids = encode_chat(target.tokenizer, [{"role": "user", "content": prompt}], target.context_window)
         run = run_speculative(target, draft, costs, cell, ids, SamplingConfig(max_new_tokens=tokens), cancel)
-        accepted, rejected = accepted + run.accepted, rejected + run.rejected_steps
-    alpha = accepted / (accepted + rejected) if accepted + rejected else 0.0
+        acceptance += run.acceptance
+    alpha = acceptance.alpha
     predicted = {k: costs.speedup(alpha, k) for k in DOCTOR_KS}
     best = costs.best_k(alpha, list(DOCTOR_KS))
     return {"alpha": alpha, "prompts": PROBE_PROMPTS, "tokens": tokens, "best_k": best, "predicted": predicted}

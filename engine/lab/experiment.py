@@ -64,9 +64,8 @@ def _cpuinfo() -> list[str]:
 
 def _record(done: DoneEvent) -> PromptRun:
     s = done.stats
-    return PromptRun(token_ids=tuple(done.token_ids), seconds=s.elapsed_s, steps=s.steps, proposed=s.proposed,
-                     accepted=s.accepted, rejected_steps=s.rejected_steps, accepted_by_pos=s.accepted_by_pos,
-                     proposed_by_pos=s.proposed_by_pos, cancelled=done.finish_reason == "cancelled")
+    return PromptRun(token_ids=tuple(done.token_ids), seconds=s.elapsed_s, acceptance=s.acceptance,
+                     cancelled=done.finish_reason == "cancelled")
 
 
 def run_reference(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig,

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
+from engine.config import FREE_PROPOSERS
 from engine.lab.grid import ADAPTIVE, Cell, ExperimentGrid, bench_command
 from engine.costs.costmodel import StepCosts
+from engine.events import Acceptance
 
 RESULT_VERSION = 1
 # the table's columns, in order (the rows carry more: token ids, accept counts, costs)
@@ -35,27 +37,17 @@ class PromptRun:
     """One generation: what the row needs from its DoneEvent."""
     token_ids: tuple[int, ...]
     seconds: float
-    steps: int = 0
-    proposed: int = 0
-    accepted: int = 0
-    rejected_steps: int = 0  # steps whose draft had a rejected token
-    accepted_by_pos: tuple[int, ...] = ()
-    proposed_by_pos: tuple[int, ...] = ()
+    acceptance: Acceptance = Acceptance()
     cancelled: bool = False
 
 
-def _sum_by_pos(runs: list[PromptRun], attr: str) -> list[int]:
-    width = max((len(getattr(r, attr)) for r in runs), default=0)
-    return [sum(getattr(r, attr)[i] for r in runs if i < len(getattr(r, attr))) for i in range(width)]
-
-
 def predicted_speedup(costs: StepCosts, cell: Cell, alpha: float, mean_k: float) -> float | None:
-    """The cost model's speedup for this cell: its k (adaptive: the mean drafted length), its alpha. A lookup
-    draft costs nothing to make."""
+    """The cost model's speedup for this cell: its k (adaptive: the mean drafted length), its alpha. A free
+    proposer's draft (FREE_PROPOSERS) costs nothing to make."""
     k = mean_k if cell.k == ADAPTIVE else cell.k
     if k <= 0:
         return None
-    if cell.proposer == "lookup":
+    if cell.proposer in FREE_PROPOSERS:
         costs = replace(costs, draft_per_token_s=0.0)
     return costs.speedup(alpha, k)
 
@@ -68,12 +60,8 @@ def cell_row(grid: ExperimentGrid, cell: Cell, runs: list[PromptRun], baseline: 
     base_tokens, base_seconds = sum(len(r.token_ids) for r in baseline), sum(r.seconds for r in baseline)
     tps = tokens / seconds if seconds else 0.0
     base_tps = base_tokens / base_seconds if base_seconds else 0.0
-    proposed, accepted = sum(r.proposed for r in runs), sum(r.accepted for r in runs)
-    rejected, steps = sum(r.rejected_steps for r in runs), sum(r.steps for r in runs)
-    alpha = accepted / (accepted + rejected) if accepted + rejected else 0.0
-    mean_k = proposed / steps if steps else 0.0
-    by_pos = [a / p if p else None for a, p in zip(_sum_by_pos(runs, "accepted_by_pos"),
-                                                   _sum_by_pos(runs, "proposed_by_pos"))]
+    acceptance = sum((r.acceptance for r in runs), Acceptance())
+    alpha, mean_k = acceptance.alpha, acceptance.mean_drafted
     greedy = cell.temperature == 0
     same = sum(r.token_ids == b.token_ids for r, b in zip(runs, baseline))
     predicted = predicted_speedup(costs, cell, alpha, mean_k)
@@ -85,11 +73,12 @@ def cell_row(grid: ExperimentGrid, cell: Cell, runs: list[PromptRun], baseline: 
         "target_precision_used": target_used, "draft_precision_used": draft_used,
         "prompts": len(runs), "new_tokens": tokens, "seconds": seconds, "tokens_per_s": tps,
         "baseline_tokens_per_s": base_tps, "speedup": tps / base_tps if base_tps else None,
-        "predicted_speedup": predicted, "acceptance": accepted / proposed if proposed else 0.0, "alpha": alpha,
-        "mean_accepted": accepted / steps if steps else 0.0, "mean_k": mean_k, "acceptance_by_position": by_pos,
+        "predicted_speedup": predicted, "acceptance": acceptance.acceptance_rate, "alpha": alpha,
+        "mean_accepted": acceptance.mean_accepted, "mean_k": mean_k,
+        "acceptance_by_position": list(acceptance.rate_by_pos),
         "identical": f"{same}/{len(runs)}" if greedy else None, "identical_all": (same == len(runs)) if greedy else None,
         "distribution_p": fidelity["p_value"] if fidelity else None, "distribution_check": fidelity,
-        "token_ids": [list(r.token_ids) for r in runs], "accepted_counts": [r.accepted for r in runs],
+        "token_ids": [list(r.token_ids) for r in runs], "accepted_counts": [r.acceptance.accepted for r in runs],
         "costs": asdict(costs), "command": bench_command(grid, cell),
     }
 

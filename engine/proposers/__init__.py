@@ -11,7 +11,7 @@ cache) when called, and only the entries that draft with the model call it. Whic
 """
 from collections.abc import Callable
 
-from engine.config import PROPOSER_NAMES
+from engine.config import FREE_PROPOSERS, PROPOSER_NAMES
 from engine.decode.draft import EMPTY_DRAFT, Draft, Proposer
 from engine.backends.torch_runner import ModelRunner
 from engine.proposers.draft_model import DraftModelProposer
@@ -59,7 +59,25 @@ PROPOSERS: dict[str, ProposerFactory] = {
     "hybrid": hybrid,
 }
 
+
+class _NoDraftModel(Exception):
+    pass
+
+
+def _builds_without_a_draft_model(factory: ProposerFactory) -> bool:
+    """Whether ``factory`` makes its proposer without calling ``make_draft`` (cheap: the others call it first)."""
+    def refuse():
+        raise _NoDraftModel
+    try:
+        factory(refuse)
+    except _NoDraftModel:
+        return False
+    return True
+
+
 assert tuple(PROPOSERS) == PROPOSER_NAMES, "engine/config.py PROPOSER_NAMES must list the registry keys"
+assert {name for name, factory in PROPOSERS.items() if _builds_without_a_draft_model(factory)} == FREE_PROPOSERS, \
+    "engine/config.py FREE_PROPOSERS must list the entries that need no draft model"
 
 __all__ = ["Draft", "EMPTY_DRAFT", "Proposer", "PROPOSERS", "ProposerFactory", "DraftRunnerMaker",
            "DraftModelProposer", "NgramProposer", "HybridProposer", "CONFIDENCE_CUTOFF", "HEAD_TOKENS"]

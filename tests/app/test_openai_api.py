@@ -16,7 +16,7 @@ from app.api.openai_routes import add_openai_routes
 from app.api.openai_format import Release
 from app.api.openai_request import OPENAI_TEMPERATURE
 from engine.config import DEFAULT_CACHE, DEFAULT_SAMPLING, DEFAULT_SPEC, SamplingConfig
-from engine.events import CacheEvent, DoneEvent, StatsEvent
+from engine.events import Acceptance, CacheEvent, DoneEvent, StatsEvent
 from tests.helpers.fakes import PIECES, PiecesEngine
 from tests.helpers.fakes import piece as tok
 from tests.helpers.server import serving
@@ -288,7 +288,7 @@ class EndlessEngine(FakeEngine):
                 self.started.set()
                 cancel.wait(0.01)  # a step's worth of work, cut short by a cancel (it synchronises nothing)
             self.finish = "cancelled"
-            yield DoneEvent("cancelled", "la " * n, tuple(range(n)), StatsEvent(1, n, 0, 0, 0.1, 4),
+            yield DoneEvent("cancelled", "la " * n, tuple(range(n)), StatsEvent(n, 0.1, 4, Acceptance(steps=1)),
                             prompt_tokens=self.PROMPT_TOKENS)
         finally:
             self.stopped.set()

@@ -6,6 +6,7 @@ from app.views.render import (error_html, error_message, legend_html, render_ans
                               render_user, token_title)
 from engine.errors import EmptyPromptError
 from engine.events import TOKEN_KINDS, CacheEvent
+from engine.surface import PairInfo
 from tests.helpers.fakes import IMG, SCRIPT, assert_inert, tok
 
 
@@ -28,16 +29,16 @@ def test_prompt_and_cache_match_are_escaped(evil):
     assert_inert(render_user(evil))
     assert_inert(render_cache_note(CacheEvent("verified", matched_prompt=evil, similarity=0.95, reason=evil)))
     assert_inert(error_html(evil))
-    assert_inert(pair_status_html({"target": evil, "draft": evil, "target_precision": "bf16",
-                                   "draft_precision": evil, "device": "cpu"}))
-    assert_inert(pair_status_html({"target": "t", "draft": "d", "target_precision": "bf16", "draft_precision": "x",
-                                   "device": "cpu", "identity": evil, "runner": evil}))
+    assert_inert(pair_status_html(PairInfo(target=evil, draft=evil, target_precision="bf16", draft_precision=evil,
+                                           device="cpu", precision_note=evil)))
+    assert_inert(pair_status_html(PairInfo(target="t", draft="d", target_precision="bf16", draft_precision="x",
+                                           device="cpu", identity=evil, runner=evil)))
 
 
 def test_the_pair_line_says_the_measured_identity_and_the_runner():
-    html = pair_status_html({"target": "t", "draft": "d", "target_precision": "gguf", "draft_precision": "gguf",
-                             "device": "cpu", "runner": "llama.cpp 2 threads, flash attention on, repack off",
-                             "identity": "identical up to rounding ties (max drift 9.1 steps): 25/106 rows equal"})
+    html = pair_status_html(PairInfo(target="t", draft="d", target_precision="gguf", draft_precision="gguf",
+                                     device="cpu", runner="llama.cpp 2 threads, flash attention on, repack off",
+                                     identity="identical up to rounding ties (max drift 9.1 steps): 25/106 rows equal"))
     assert "llama.cpp 2 threads" in html and "max drift 9.1 steps" in html and "identity-note" in html
 
 

@@ -1,8 +1,9 @@
 """app/views/stats.py: the numbers panel, the break-even meter and the data behind the two plots."""
 import pytest
 
-from app.views.stats import acceptance_frame, format_stats, render_stats, speedup, speedup_frame, theoretical_speedup
-from engine.events import CacheEvent, StatsEvent
+from app.views.stats import (acceptance_frame, cut_text, format_stats, render_stats, speedup, speedup_frame,
+                             theoretical_speedup)
+from engine.events import CacheEvent, DraftCut, StatsEvent
 from engine.costs.costmodel import StepCosts
 from tests.helpers.fakes import stats
 
@@ -24,13 +25,13 @@ def test_render_stats_shows_cache_outcome_and_meter():
     assert speedup(stats(), baseline) == pytest.approx(2.0)
 
 
-COSTS = dict(verify_fixed_s=0.2, verify_per_token_s=0.05, draft_per_token_s=0.02)
+COSTS = StepCosts(verify_fixed_s=0.2, verify_per_token_s=0.05, draft_per_token_s=0.02)
 
 
 def test_theory_uses_the_engine_cost_model():
-    s = stats(rejected_steps=4, **COSTS)  # 8 accepted, 4 rejections: alpha = 2/3
-    assert s.alpha == pytest.approx(2 / 3)
-    assert theoretical_speedup(s, 4) == pytest.approx(StepCosts(**COSTS).speedup(2 / 3, 4))
+    s = stats(rejected_steps=4, costs=COSTS)  # 8 accepted, 4 rejections: alpha = 2/3
+    assert s.acceptance.alpha == pytest.approx(2 / 3)
+    assert theoretical_speedup(s, 4) == pytest.approx(COSTS.speedup(2 / 3, 4))
     assert theoretical_speedup(s, 0) == pytest.approx(1.0)
     assert theoretical_speedup(stats(), 4) is None  # no fitted costs yet
     values = format_stats(s)
@@ -39,11 +40,11 @@ def test_theory_uses_the_engine_cost_model():
 
 
 def test_plot_frames():
-    s = stats(rejected_steps=4, **COSTS)
+    s = stats(rejected_steps=4, costs=COSTS)
     acc = acceptance_frame(s)
     assert list(acc["position"]) == ["01", "02", "03", "04"]
-    assert sorted(acceptance_frame(StatsEvent(1, 1, 12, 12, 1.0, 12, accepted_by_pos=(1,) * 12,
-                                              proposed_by_pos=(1,) * 12))["position"])[-3:] == ["10", "11", "12"]
+    long = stats(steps=1, proposed=12, accepted=12, accepted_by_pos=(1,) * 12, proposed_by_pos=(1,) * 12)
+    assert sorted(acceptance_frame(long)["position"])[-3:] == ["10", "11", "12"]
     assert list(acc["acceptance"]) == [1.0, 0.5, 0.25, 0.25]
     frame = speedup_frame(s, {"tokens_per_s": 3.0})
     assert set(frame["series"]) == {"theory", "measured", "break-even"}
@@ -56,16 +57,20 @@ def test_plot_frames():
 
 
 def test_meter_says_served_from_cache_instead_of_a_speed_ratio():
-    stats = StatsEvent(0, 40, 0, 0, 0.001, 0)
+    stats = StatsEvent(40, 0.001, 0)
     html = render_stats(stats, CacheEvent("exact", "q", 1.0), {"tokens_per_s": 7.0, "how": "x"})
     assert "served from the cache" in html and "target-only</span>" not in html
 
 
 def test_the_stats_panel_says_when_and_why_a_proposer_was_held_back():
-    from dataclasses import replace
-    held = replace(stats(), steps=40, cut_steps=12, cut_note="lookup span cut 9 → 2: verify costs 46 ms per token here",
-                   fallback=True)
+    held = stats(steps=40, cut_steps=12, latest_cut=DraftCut("lookup", 9, 2, 0.046), fallback=True)
     html = render_stats(held, None, None)
     assert "12 of 40 steps cut their free draft; latest: lookup span cut 9 → 2: verify costs 46 ms per token here" in html
     assert "draft model is paused" in html
     assert 'data-stat="policy"' not in render_stats(stats(), None, None)  # nothing held back: nothing said
+
+
+def test_a_cut_free_draft_in_words():
+    assert cut_text(DraftCut("hybrid", 12, 3, 0.0123)) == "hybrid span cut 12 → 3: verify costs 12 ms per token here"
+    assert cut_text(DraftCut("lookup", 5, 0, 0.2)) == "lookup span of 5 skipped: verify costs 200 ms per token here"
+    assert cut_text(DraftCut("lookup", 5, 1)) == "lookup span cut 5 → 1"  # no fitted costs to cite

@@ -166,7 +166,7 @@ def test_a_gguf_target_with_a_torch_draft_works(real_models):
     events = list(engine.generate([{"role": "user", "content": PROMPTS[0]}], SamplingConfig(max_new_tokens=16),
                                   SpecConfig(proposer="draft", k=3)))
     done = events[-1]
-    assert done.type == "done" and len(done.token_ids) == 16 and done.stats.proposed > 0
+    assert done.type == "done" and len(done.token_ids) == 16 and done.stats.acceptance.proposed > 0
     assert info.identity.startswith(("verified bit-identical", "identical up to rounding ties"))
 
 

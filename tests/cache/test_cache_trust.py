@@ -106,14 +106,14 @@ def test_a_planted_wrong_answer_under_an_exact_key(pair, request, tmp_path, capl
         event, tokens, done = ask(engine, mode)
     if expected == "served":
         assert event.outcome == "exact" and list(done.token_ids) == wrong(truth)
-        assert {t.kind for t in tokens} == {"cached"} and done.stats.steps == 0
+        assert {t.kind for t in tokens} == {"cached"} and done.stats.acceptance.steps == 0
         return
     assert list(done.token_ids) == truth and "cached" not in {t.kind for t in tokens}
     if expected == "refused":
         assert event.outcome == "miss" and f"entry {key} refused: its signature does not check" in caplog.text
     else:
         assert event.outcome == "verified" and "disagrees with the cached answer at token 3" in event.reason
-        assert [t.kind for t in tokens][2] == "corrected" and done.stats.steps >= 1
+        assert [t.kind for t in tokens][2] == "corrected" and done.stats.acceptance.steps >= 1
         with open_cache(where) as reader:  # refuted inside its answer, nothing complete to replace it: gone
             assert reader.lookup(PROMPT, event_scope(engine), mode="direct").outcome == "miss"
 
@@ -132,7 +132,7 @@ def test_a_right_answer_under_an_exact_key_is_served(pair, request, tmp_path, ki
     plant(where, engine, truth, secret)
     event, tokens, done = ask(engine, mode)
     assert event.outcome == "exact" and list(done.token_ids) == truth and {t.kind for t in tokens} == {"cached"}
-    assert done.stats.steps == 0 and done.stats.proposer == "cache"  # checked in one forward, or trusted
+    assert done.stats.acceptance.steps == 0 and done.stats.proposer == "cache"  # checked in one forward, or trusted
 
 
 def test_a_signed_record_moved_under_another_prompts_key_is_refused(tmp_path, caplog):

@@ -71,7 +71,7 @@ def test_a_wrong_exact_hit_is_corrected_replaced_and_then_served_after_one_forwa
     assert first[-1].token_ids == truth.token_ids and "a - b" not in first[-1].text
     again = ask(engine, prompt)
     assert again[0].outcome == "exact" and again[-1].token_ids == truth.token_ids
-    assert {e.kind for e in again if e.type == "token"} == {"cached"} and again[-1].stats.steps == 0
+    assert {e.kind for e in again if e.type == "token"} == {"cached"} and again[-1].stats.acceptance.steps == 0
 
 
 def test_a_bf16_target_serves_its_own_answer_again_despite_rounding_ties(real_models, loaded, tmp_path):
@@ -130,8 +130,8 @@ def test_verified_path_with_a_right_cached_answer_takes_few_steps(engine):
     assert events[0].outcome == "verified"
     done = events[-1]
     assert done.token_ids == reference(engine, paraphrase).token_ids
-    assert done.stats.steps < len(done.token_ids) / 2  # whole chunks of the cached answer were accepted
-    assert first[-1].stats.steps > done.stats.steps
+    assert done.stats.acceptance.steps < len(done.token_ids) / 2  # whole chunks of the cached answer were accepted
+    assert first[-1].stats.acceptance.steps > done.stats.acceptance.steps
 
 
 def test_cancelled_generation_is_not_stored(engine):

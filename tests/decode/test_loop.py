@@ -42,7 +42,7 @@ def test_draft_both_accepted_and_corrected_in_tiny_pair():
     """The equality test above is only meaningful if the draft is sometimes right and sometimes wrong."""
     target, draft = tiny_pair(0)
     done = spec_tokens(target, draft, [3, 4, 5], SamplingConfig(max_new_tokens=60, stop_on_eos=False), 4)
-    assert 0.1 < done.stats.acceptance_rate < 0.95
+    assert 0.1 < done.stats.acceptance.acceptance_rate < 0.95
 
 
 @pytest.mark.parametrize("name", PROPOSER_NAMES)
@@ -81,9 +81,9 @@ def test_no_step_rescans_the_context(monkeypatch):
     monkeypatch.setattr(draft_model, "common_prefix", lambda a, b: compared.append(len(b)) or common_prefix(a, b))
     target, draft = tiny_pair(1)
     done = spec_tokens(target, draft, [7, 8, 9, 10], SamplingConfig(max_new_tokens=60, stop_on_eos=False), 4)
-    assert len(done.token_ids) == 60 and done.stats.steps > 10
+    assert len(done.token_ids) == 60 and done.stats.acceptance.steps > 10
     assert len(scans) == 2  # the target's and the draft's runner, once each
-    assert len(compared) >= done.stats.steps - 1 and max(compared) <= 3  # (the last step may have no room)
+    assert len(compared) >= done.stats.acceptance.steps - 1 and max(compared) <= 3  # (the last step may have no room)
 
 
 class ScriptedK:
@@ -142,10 +142,10 @@ def test_cancel_between_steps():
                                       SamplingConfig(max_new_tokens=100, stop_on_eos=False), k_policy=FixedK(2),
                                       cancel=cancel):
         events.append(event)
-        if event.type == "stats" and event.steps == 3:
+        if event.type == "stats" and event.acceptance.steps == 3:
             cancel.set()
     assert events[-1].finish_reason == "cancelled"
-    assert events[-1].stats.steps == 3
+    assert events[-1].stats.acceptance.steps == 3
 
 
 @pytest.mark.parametrize("sampling", [SamplingConfig(temperature=1.0, max_new_tokens=3, stop_on_eos=False),
@@ -238,7 +238,7 @@ def test_int8_weight_target_greedy_speculative_equals_reference():
     for k in (1, 4):
         spec = spec_tokens(target, draft, [5, 6, 7], sampling, k)
         assert spec.token_ids == ref_tokens(target, [5, 6, 7], sampling).token_ids
-        assert 0 < spec.stats.accepted < spec.stats.proposed
+        assert 0 < spec.stats.acceptance.accepted < spec.stats.acceptance.proposed
 
 
 def test_int8_weight_rows_do_not_depend_on_the_batch_but_int8_dynamic_rows_do():
@@ -261,4 +261,4 @@ def test_stats_carry_the_fitted_step_costs():
     done = spec_tokens(target, draft, [3, 4, 5], SamplingConfig(max_new_tokens=30, stop_on_eos=False), 4)
     costs = done.stats.costs
     assert costs is not None and costs.draft_per_token_s > 0 and costs.verify_s(5) > 0
-    assert done.stats.rejected_steps > 0 and 0 < done.stats.alpha < 1
+    assert done.stats.acceptance.rejected_steps > 0 and 0 < done.stats.acceptance.alpha < 1

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from engine.config import DEFAULT_CACHE, CacheConfig
 from engine.errors import EmptyPromptError
-from engine.events import CacheEvent, Candidate, Candidates, DoneEvent, StatsEvent, TokenEvent
+from engine.events import Acceptance, CacheEvent, Candidate, Candidates, DoneEvent, StatsEvent, TokenEvent
 from engine.lab.grid import DOCTOR_KINDS
 from engine.lab.results import DoctorReport, LabUpdate, PromptRun, cell_row
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -19,6 +19,7 @@ from engine.surface import CacheEntry, CacheInfo, CacheStats, PairInfo
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = '<img src=x onerror="alert(1)">'
+ACCEPTANCE_FIELDS = frozenset(f.name for f in fields(Acceptance))
 
 
 def tok(text="a", kind="accepted", **kw):
@@ -27,8 +28,10 @@ def tok(text="a", kind="accepted", **kw):
 
 
 def stats(**kw):
-    base = dict(steps=4, new_tokens=12, proposed=16, accepted=8, elapsed_s=2.0, k=4, draft_s=0.4, verify_s=1.2,
-                accepted_by_pos=(4, 2, 1, 1), proposed_by_pos=(4, 4, 4, 4))
+    """A StatsEvent; keywords of its Acceptance (``steps``, ``accepted``, ...) go to that."""
+    counts = dict(steps=4, proposed=16, accepted=8, accepted_by_pos=(4, 2, 1, 1), proposed_by_pos=(4, 4, 4, 4))
+    counts.update({name: kw.pop(name) for name in [n for n in kw if n in ACCEPTANCE_FIELDS]})
+    base = dict(new_tokens=12, elapsed_s=2.0, k=4, draft_s=0.4, verify_s=1.2, acceptance=Acceptance(**counts))
     return StatsEvent(**{**base, **kw})
 
 
@@ -71,8 +74,9 @@ def fake_experiment(grid, cancel):
         if cancel is not None and cancel.is_set():
             break
         k = 4 if cell.k == "adaptive" else cell.k
-        runs = [PromptRun(token_ids=(1, 2, 3, 4), seconds=1.0 / k, steps=1, proposed=k, accepted=k - 1,
-                          rejected_steps=1, accepted_by_pos=(1,) * (k - 1) + (0,), proposed_by_pos=(1,) * k)]
+        accepted = Acceptance(steps=1, proposed=k, accepted=k - 1, rejected_steps=1,
+                              accepted_by_pos=(1,) * (k - 1) + (0,), proposed_by_pos=(1,) * k)
+        runs = [PromptRun(token_ids=(1, 2, 3, 4), seconds=1.0 / k, acceptance=accepted)]
         base = [PromptRun(token_ids=(1, 2, 3, 4), seconds=1.0)]
         fidelity = {"n_tokens": 40, "chi2": 3.0, "p_value": 0.5, "counts": [8] * 5, "passed": True}
         rows.append(cell_row(grid, cell, runs, base, LAB_COSTS, None if cell.temperature == 0 else fidelity))
@@ -206,7 +210,8 @@ class PiecesEngine(FakeEngine):
                 break
             ids.append(i)
             yield piece(text, kind, i, sampling.candidates)
-        stats_ = StatsEvent(steps=2, new_tokens=len(ids), proposed=4, accepted=3, elapsed_s=0.1, k=4)
+        stats_ = StatsEvent(new_tokens=len(ids), elapsed_s=0.1, k=4, acceptance=Acceptance(steps=2, proposed=4,
+                                                                                          accepted=3))
         reason = "cancelled" if len(ids) < len(PIECES) else "length"
         yield DoneEvent(reason, "".join(t for t, _ in PIECES[:len(ids)]), tuple(ids), stats_,
                         prompt_tokens=self.PROMPT_TOKENS)

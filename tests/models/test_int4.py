@@ -63,7 +63,7 @@ def test_int4_target_greedy_speculative_equals_reference():
     for k in (1, 4):
         spec = speculative_done(target, DraftModelProposer(cached(draft)), FixedK(k), [5, 6, 7], sampling)
         assert spec.token_ids == reference_done(target, [5, 6, 7], sampling).token_ids
-        assert 0 < spec.stats.accepted < spec.stats.proposed
+        assert 0 < spec.stats.acceptance.accepted < spec.stats.acceptance.proposed
 
 
 def _gguf_tensor(name: str, kind: str):

@@ -68,7 +68,7 @@ def test_default_draft_precision_stays_lossless_with_the_default_spec():
         sampling = SamplingConfig(max_new_tokens=40)
         spec = done(engine.generate(messages, sampling, DEFAULT_SPEC, cache=CACHE_OFF))[-1]
         assert spec.token_ids == done(engine.generate_reference(messages, sampling))[-1].token_ids
-        accepted += spec.stats.accepted
+        accepted += spec.stats.acceptance.accepted
     # the adaptive k follows measured timings and may pause drafting on a short answer, not on all of them
     assert accepted > 0
 
@@ -85,23 +85,23 @@ def test_smollm2_events_carry_probabilities_and_text(smol_engine):
     steps = [e for e in events if e.type == "stats"]
     stats = events[-1].stats
     assert_consistent_stats(stats, tokens, n_steps=len(steps))
-    assert stats.accepted > 0  # a same-model draft (k = 4) is right at least once in 30 tokens
+    assert stats.acceptance.accepted > 0  # a same-model draft (k = 4) is right at least once in 30 tokens
 
 
 def assert_consistent_stats(stats, tokens: list, n_steps: int) -> None:
     """Properties every speculative StatsEvent has: its counts agree with the token events it summarises, its
     speed is its tokens over its time, its per-position counts add up to its totals."""
-    assert max(e.step for e in tokens) + 1 <= stats.steps == n_steps  # a StatsEvent after every step
+    assert max(e.step for e in tokens) + 1 <= stats.acceptance.steps == n_steps  # a StatsEvent after every step
     assert stats.new_tokens == len(tokens)
     assert stats.tokens_per_s == pytest.approx(stats.new_tokens / stats.elapsed_s)
     assert stats.draft_s + stats.verify_s <= stats.elapsed_s
-    assert sum(stats.proposed_by_pos) == stats.proposed >= stats.accepted == sum(stats.accepted_by_pos)
-    assert all(a <= p for a, p in zip(stats.accepted_by_pos, stats.proposed_by_pos))
+    assert sum(stats.acceptance.proposed_by_pos) == stats.acceptance.proposed >= stats.acceptance.accepted == sum(stats.acceptance.accepted_by_pos)
+    assert all(a <= p for a, p in zip(stats.acceptance.accepted_by_pos, stats.acceptance.proposed_by_pos))
     kinds = [e.kind for e in tokens]
-    assert kinds.count("accepted") <= stats.accepted  # an accepted end-of-answer token is not emitted
-    assert kinds.count("corrected") <= stats.rejected_steps <= stats.steps  # a rejected step ends on a correction
-    assert len(tokens) - kinds.count("accepted") <= stats.steps  # each step emits at most one token of its own
-    assert stats.alpha == pytest.approx(stats.accepted / (stats.accepted + stats.rejected_steps))
+    assert kinds.count("accepted") <= stats.acceptance.accepted  # an accepted end-of-answer token is not emitted
+    assert kinds.count("corrected") <= stats.acceptance.rejected_steps <= stats.acceptance.steps  # a rejected step ends on a correction
+    assert len(tokens) - kinds.count("accepted") <= stats.acceptance.steps  # each step emits at most one token of its own
+    assert stats.acceptance.alpha == pytest.approx(stats.acceptance.accepted / (stats.acceptance.accepted + stats.acceptance.rejected_steps))
 
 
 def test_sampling_runs_and_is_reproducible_with_a_seed(smol_engine):
@@ -189,7 +189,7 @@ def test_default_qwen_pair_smoke():
     assert events[-1].text.strip()
     assert_consistent_stats(events[-1].stats, [e for e in events if e.type == "token"],
                             n_steps=sum(e.type == "stats" for e in events))
-    assert events[-1].stats.proposed > 0
+    assert events[-1].stats.acceptance.proposed > 0
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +216,7 @@ def test_smollm2_int8_weight_target_greedy_speculative_equals_reference(smol_int
         if spec.token_ids != ref.token_ids:
             divergence = smol_int8_target.explain_divergence(messages, sampling, ref.token_ids, spec.token_ids)
             assert divergence.within_rounding, divergence
-        accepted[spec_config] = spec.stats.accepted
+        accepted[spec_config] = spec.stats.acceptance.accepted
     assert accepted[SpecConfig(k=4)] > 0  # the adaptive spec may rightly choose not to draft: timing-dependent
 
 

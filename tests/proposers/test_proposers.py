@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import engine.proposers
-from engine.config import DEFAULT_SPEC, PROPOSER_NAMES, SamplingConfig, SpecConfig
+from engine.config import DEFAULT_SPEC, FREE_PROPOSERS, PROPOSER_NAMES, SamplingConfig, SpecConfig
+from engine.decode.draft import EMPTY_DRAFT, Draft
 from engine.events import final_done
 from engine.costs.kpolicy import AdaptiveK, FixedK
 from engine.models.loading import wrap_model
@@ -106,7 +107,7 @@ def test_greedy_equality_for_every_proposer(name, seed):
     ref = reference_done(target, prompt, sampling)
     spec = speculative_done(target, proposer, policy, prompt, sampling)
     assert spec.token_ids == ref.token_ids
-    assert spec.stats.proposed > 0
+    assert spec.stats.acceptance.proposed > 0
 
 
 @pytest.mark.parametrize("name", PROPOSER_NAMES)
@@ -121,7 +122,7 @@ def test_greedy_equality_for_every_registry_entry(name, adaptive, seed, monkeypa
     policy = AdaptiveK(k_init=3, k_max=8) if adaptive else FixedK(3)
     spec = speculative_done(target, PROPOSERS[name](lambda: cached(draft)), policy, prompt, sampling)
     assert spec.token_ids == reference_done(target, prompt, sampling).token_ids
-    assert spec.stats.proposed > 0
+    assert spec.stats.acceptance.proposed > 0
 
 
 def test_registry_entries_make_a_draft_runner_only_when_they_draft_with_the_model():
@@ -131,12 +132,27 @@ def test_registry_entries_make_a_draft_runner_only_when_they_draft_with_the_mode
         runners = DraftRunners(draft)
         made[name] = (PROPOSERS[name](runners), len(runners.made))
     assert {name: n for name, (_, n) in made.items()} == {"draft": 1, "fast-draft": 1, "lookup": 0, "hybrid": 1}
+    assert {name for name, (_, n) in made.items() if n == 0} == FREE_PROPOSERS
     textbook, fast = made["draft"][0], made["fast-draft"][0]
     assert (textbook.min_confidence, textbook.head_tokens) == (0.0, None)
     assert (fast.min_confidence, fast.head_tokens) == (CONFIDENCE_CUTOFF, HEAD_TOKENS)
     default = made[DEFAULT_SPEC.proposer][0]  # the app's default: prompt lookup + the fast draft
     assert isinstance(default.lookup, NgramProposer)
     assert (default.model.min_confidence, default.model.head_tokens) == (CONFIDENCE_CUTOFF, HEAD_TOKENS)
+
+
+def test_a_draft_is_free_when_it_is_one_hot_and_not_empty():
+    assert Draft([4, 5]).free and Draft([4, 5]).truncate(1).free
+    assert not Draft([4], torch.full((1, 8), 1 / 8)).free  # a model's draft: its distributions cost a forward
+    assert not EMPTY_DRAFT.free and not Draft([4, 5]).truncate(0).free  # no draft: a plain target step
+
+
+@pytest.mark.parametrize("name", sorted(FREE_PROPOSERS))
+def test_a_free_registry_entry_makes_only_free_drafts(name):
+    proposer = PROPOSERS[name](lambda: pytest.fail("a free proposer made a draft model"))
+    proposer.reset([1, 2, 3, 1, 2], SamplingConfig(), torch.Generator())
+    drafts = [proposer.propose([1, 2, 3, 1, 2, 3, 1, 2][:n], 4) for n in range(3, 9)]
+    assert any(len(d) for d in drafts) and all(d.free for d in drafts if len(d))
 
 
 @pytest.mark.parametrize("name", PROPOSER_NAMES)

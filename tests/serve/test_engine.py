@@ -215,4 +215,4 @@ def test_cancel_ends_an_engine_generation_with_the_cancelled_reason():
             steps += 1
             if steps == 2:
                 cancel.set()
-    assert event.type == "done" and event.finish_reason == "cancelled" and event.stats.steps == 2
+    assert event.type == "done" and event.finish_reason == "cancelled" and event.stats.acceptance.steps == 2

@@ -9,6 +9,7 @@ from html import escape
 import pandas as pd
 
 from app.views.report.svg_chart import PALETTE, Series, legend, line_chart
+from engine.config import FREE_PROPOSERS
 from engine.surface import COLUMNS, StepCosts
 
 HEADERS = {"cell": "cell", "prompt_set": "set", "k": "k", "temperature": "T", "proposer": "proposer",
@@ -65,7 +66,7 @@ def predicted_curve(rows: list[dict], ks: list[int]) -> list[tuple[float, float]
     """engine.costs.costmodel's speedup for the series' measured alpha, at each k."""
     c = rows[0]["costs"]
     costs = StepCosts(c["verify_fixed_s"], c["verify_per_token_s"],
-                      0.0 if rows[0]["proposer"] == "lookup" else c["draft_per_token_s"])
+                      0.0 if rows[0]["proposer"] in FREE_PROPOSERS else c["draft_per_token_s"])
     alpha = series_alpha(rows)
     return [(k, costs.speedup(alpha, k)) for k in ks]
 

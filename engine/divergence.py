@@ -13,7 +13,7 @@ import torch
 
 from engine.config import rounding_step  # noqa: F401 (engine.divergence.rounding_step, as before)
 from engine.models.loading import LoadedModel, runner_for
-from engine.backends.torch_runner import common_prefix
+from engine.backends.contract import common_prefix
 
 # A hint, never a promise: the precisions whose CPU kernels compute each output row from its own input row, so that
 # with row-exact attention (engine/models/attention.py) a verify row can equal the same token fed alone. Whether it
@@ -86,10 +86,9 @@ def top_logits(target: LoadedModel, ids: list[int]) -> torch.Tensor:
 
 
 def _forward(target: LoadedModel, ids: list[int], n_logits: int) -> torch.Tensor:
-    """One forward of ``ids`` on a fresh runner of ``target`` (torch or llama.cpp alike): the last ``n_logits``
-    rows of logits, on the CPU."""
+    """One forward of ``ids`` on an emptied runner of ``target``: the last ``n_logits`` rows of logits, on the CPU."""
     runner = runner_for(target)
-    runner.reset()  # a pooled llama.cpp context may hold an earlier conversation
+    runner.reset()  # a runner may hold tokens (a pooled context): this forward must see only ``ids``
     return runner.forward(ids, n_logits=n_logits).float().cpu()
 
 

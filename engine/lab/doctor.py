@@ -42,12 +42,12 @@ def parameter_split(config) -> tuple[int, int]:
 
 def memory_gb(loaded: LoadedModel) -> dict[str, float]:
     """Weights only, per precision."""
-    linear, rest = parameter_split(loaded.model.config)
+    linear, rest = parameter_split(loaded.config)
     return {p: (linear * BYTES[p][0] + rest * BYTES[p][1]) / 1e9 for p in PRECISIONS if p in BYTES}
 
 
 def kv_mb_per_1k(loaded: LoadedModel) -> float:
-    c = loaded.model.config
+    c = loaded.config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
     return 2 * c.num_hidden_layers * kv_heads * head_dim * 2 * 1000 / 1e6  # K and V, bf16

@@ -74,7 +74,7 @@ class ChatEngine:
         yield from generation.reference(self.slot.require(), self.lock, messages, sampling, cancel)
 
     # -- proofs, the lab ------------------------------------------------------------------------------------
-    def explain_divergence(self, messages: list[dict], sampling: SamplingConfig, reference_ids: list[int],
+    def explain_divergence(self, messages: list[dict], reference_ids: list[int],
                            other_ids: list[int]) -> Divergence | None:
         return proofs.explain(self.slot.require(), self.lock, messages, reference_ids, other_ids)
 

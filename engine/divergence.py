@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from engine.models.loading import LoadedModel, runner_for
-from engine.backends.torch_runner import common_prefix
+from engine.backends.contract import common_prefix
 from engine.precision import rounding_step, tie_margin
 
 
@@ -62,10 +62,9 @@ def top_logits(target: LoadedModel, ids: list[int]) -> torch.Tensor:
 
 
 def _forward(target: LoadedModel, ids: list[int], n_logits: int) -> torch.Tensor:
-    """One forward of ``ids`` on a fresh runner of ``target`` (torch or llama.cpp alike): the last ``n_logits``
-    rows of logits, on the CPU."""
+    """One forward of ``ids`` on an emptied runner of ``target``: the last ``n_logits`` rows of logits, on the CPU."""
     runner = runner_for(target)
-    runner.reset()  # a pooled llama.cpp context may hold an earlier conversation
+    runner.reset()  # a runner may hold tokens (a pooled context): this forward must see only ``ids``
     return runner.forward(ids, n_logits=n_logits).float().cpu()
 
 

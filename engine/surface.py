@@ -91,7 +91,7 @@ class EngineSurface(Protocol):
         """Target-only decoding: TokenEvents and StatsEvents, then a DoneEvent."""
         ...
 
-    def explain_divergence(self, messages: list[dict], sampling: SamplingConfig, reference_ids: list[int],
+    def explain_divergence(self, messages: list[dict], reference_ids: list[int],
                            other_ids: list[int]) -> Divergence | None:
         ...
 

@@ -88,7 +88,7 @@ def check_greedy(ctx):
         if ref == spec:
             identical += 1
             continue
-        div = ctx.engine.explain_divergence(messages, sampling, ref, spec)
+        div = ctx.engine.explain_divergence(messages, ref, spec)
         assert div.within_rounding, f"divergence beyond rounding: {div.to_dict()}"
         notes.append(f"at {div.position} margin {div.top2_margin:.3f} (step {div.rounding_step:.3f})")
     return f"{identical}/5 identical" + (f"; ties within rounding: {', '.join(notes)}" if notes else "")

@@ -131,7 +131,7 @@ def _explain(ctx: AppContext, messages: list[dict], sampling, ref: Turn, spec: T
         return None
     if "cancelled" in (ref.finish_reason, spec.finish_reason):
         return None
-    return ctx.engine.explain_divergence(messages, sampling, list(ref.done.token_ids), list(spec.done.token_ids))
+    return ctx.engine.explain_divergence(messages, list(ref.done.token_ids), list(spec.done.token_ids))
 
 
 def race_trace(ref: Turn, spec: Turn, messages: list[dict], pair: PairInfo | None, s: UISettings,

@@ -48,13 +48,13 @@ def measure(models: list[str], precisions: list[str], tokens: list[int], context
             loaded = load_model(name, precision, role=role)  # int4 drafts re-quantise Q5_0/Q8_0 too
             for attention in attentions or (None,):
                 label = loaded.precision if attention is None else f"{loaded.precision}/{attention}"
-                runners[label] = (runner_for(loaded), attention)
+                runners[label] = (runner_for(loaded), loaded.model, attention)
             gc.collect()
         samples = {p: {n: [] for n in tokens} for p in runners}
         for _ in tqdm(range(repeats), desc=name, leave=False):
-            for label, (runner, attention) in runners.items():
-                if attention is not None:
-                    runner.model.set_attn_implementation(attention)
+            for label, (runner, model, attention) in runners.items():
+                if attention is not None:  # a torch model's attention implementation
+                    model.set_attn_implementation(attention)
                 for n, seconds in forward_costs(runner, context, tokens, 1).items():
                     samples[label][n].append(seconds)
         for precision, by_n in samples.items():

@@ -159,7 +159,7 @@ def _timed_run(engine, runner, mode, *, item, messages, sampling, spec, referenc
            "identical_to_target": None if reference is None else tokens == reference, "_tokens": tokens}
     if reference is not None and tokens != reference:
         asked = [{"role": "user", "content": paraphrase(item)}] if mode == "cache-verify" else messages
-        divergence = engine.explain_divergence(asked, sampling, reference, tokens)  # engine/divergence.py
+        divergence = engine.explain_divergence(asked, reference, tokens)  # engine/divergence.py
         run["first_divergence"] = None if divergence is None else divergence.to_dict()
     if mode != "target":
         run.pop("_tokens")

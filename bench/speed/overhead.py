@@ -3,17 +3,18 @@
 python -m bench.speed.overhead [--target NAME] [--draft NAME] [--dtype auto] [--draft-dtype auto]
                          [--modes target,default] [--max-new-tokens 64] [--prompts FILE.jsonl] [--json OUT]
 
-Forward hooks on both models time every forward (from the call to its logits; for a llama.cpp model, precision
-gguf, its ``llama_decode`` calls); the rest of each generation's wall time is overhead. Printed per mode: steps, ms per step, ms of forwards per step, ms outside them per step,
-and that share of the step (the bar: under 10% for torch, under 5% for llama.cpp). ``--json OUT`` writes the same rows as numbers, for a reader that
-should not parse the table (the header's precision note takes as many lines as the machine needs).
+Each model's backend times its forwards (``Backend.forward_clock``: torch from a forward's call to its logits,
+llama.cpp, precision gguf, inside its ``llama_decode`` calls); the rest of each generation's wall time is overhead.
+Printed per mode: steps, ms per step, ms of forwards per step, ms outside them per step, and that share of the step
+(the bar: under 10% for torch, under 5% for llama.cpp). ``--json OUT`` writes the same rows as numbers, for a reader
+that should not parse the table (the header's precision note takes as many lines as the machine needs).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 
 from bench.cli import arguments_checked, read_jsonl
@@ -56,38 +57,15 @@ class Overhead:
 
 
 @contextmanager
-def forward_clock(*models):
-    """Seconds spent inside the forwards of ``models`` (a one-item list, read after the block). A torch model is
-    timed from its forward's call to its logits; a llama.cpp model (precision gguf) inside ``llama_decode``, so
-    the batch filling and the logits copy count as outside."""
-    total, started, handles, libs = [0.0], {}, [], {}
-    for model in models:
-        if hasattr(model, "lib"):  # engine/backends/llama_cpp.py's GgufModel: time llama.cpp's decode calls
-            libs.setdefault(id(model.lib), model.lib)
-            continue
-        handles.append(model.register_forward_pre_hook(lambda m, args: started.__setitem__(id(m), time.perf_counter())))
-        handles.append(model.register_forward_hook(
-            lambda m, args, out: total.__setitem__(0, total[0] + time.perf_counter() - started.pop(id(m)))))
-    originals = {key: lib.llama_decode for key, lib in libs.items()}
-    for key, lib in libs.items():
-        lib.llama_decode = _timed(originals[key], total)
-    try:
+def forward_clock(*backends):
+    """Seconds spent inside the forwards of the models these backends run (a one-item list, read after the block):
+    each backend times its own (``Backend.forward_clock``: torch from a forward's call to its logits, llama.cpp
+    inside ``llama_decode``); a model in both roles is timed once."""
+    total = [0.0]
+    with ExitStack() as stack:
+        for backend in dict.fromkeys(backends):  # equal backends: the same model
+            stack.enter_context(backend.forward_clock(total))
         yield total
-    finally:
-        for handle in handles:
-            handle.remove()
-        for key, lib in libs.items():
-            lib.llama_decode = originals[key]
-
-
-def _timed(decode, total: list[float]):
-    def timed(ctx, batch):
-        start = time.perf_counter()
-        try:
-            return decode(ctx, batch)
-        finally:
-            total[0] += time.perf_counter() - start
-    return timed
 
 
 def measure(engine: ChatEngine, prompts: list[str], modes: list[str], max_new_tokens: int) -> list[Overhead]:
@@ -99,7 +77,7 @@ def measure(engine: ChatEngine, prompts: list[str], modes: list[str], max_new_to
         final_done(runs[mode]([{"role": "user", "content": "Say hello."}]))  # warm-up
         steps, seconds, forward_s = 0, 0.0, 0.0
         for prompt in prompts:
-            with forward_clock(engine.target.model, engine.draft.model) as inside:
+            with forward_clock(engine.target.backend, engine.draft.backend) as inside:
                 start = time.perf_counter()
                 done = final_done(runs[mode]([{"role": "user", "content": prompt}]))
                 seconds += time.perf_counter() - start

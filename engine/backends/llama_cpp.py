@@ -1,15 +1,15 @@
-"""Precision ``gguf``: a GGUF file's own quantisation, run by llama.cpp through llama-cpp-python's low-level API.
+"""llama.cpp's runtime, precision ``gguf``: a GGUF file's own quantisation, run through llama-cpp-python's low-level
+API. ``GgufModel`` is the loaded file as a ``Backend`` (engine/backends/contract.py); its runners are
+engine/backends/llama_cpp_runner.py's. torch is not imported here.
 
 The model is loaded once (mmap: the file's pages, shared); each runner gets a llama.cpp context (its own KV
 cache) from a pool. A runner let go of returns its context with the tokens it still holds, and the next runner
-of the same model resumes from them (``ModelRunner.resume``): a chat's next turn prefills only what is new, as
+of the same model resumes from them (``Runner.resume``): a chat's next turn prefills only what is new, as
 llama-server's ``cache_prompt`` does, and a chat in another tab costs a re-prefill.
 
-Settings (``GgufSettings``): flash attention on and weight repacking off by default. Measured on a 2-core Zen 3
-(issue 25's probe): with flash attention off no verify row equals the same token fed alone; with repacking on
-rows differ from 4 rows up (the repacked GEMM takes over); with it off they are equal up to 5 rows at the same
-single-token speed. Whether that holds on this machine is measured at load like every runner's
-(engine/decode/identity.py).
+Settings (``GgufSettings``): flash attention on and weight repacking off by default, the setting measured with the
+most verify rows equal to the same tokens fed alone (docs/models.md has the measurements). Where they are equal on
+this machine is measured at load like every runner's (engine/decode/identity.py).
 """
 from __future__ import annotations
 
@@ -17,7 +17,10 @@ import ctypes
 import importlib.util
 import os
 import threading
+import time
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +28,7 @@ from engine.errors import MissingDependencyError, ModelFormatError
 
 GGUF = "gguf"
 LOG_ENV = "SPECLENS_LLAMA_LOG"  # "1": llama.cpp's own log on stderr (silent otherwise)
-INSTALL_HINT = ('pip install -e ".[gguf]" (builds llama.cpp from source: about 15 minutes on 2 cores; '
-                "see README)")
+INSTALL_HINT = 'pip install -e ".[gguf]" (builds llama.cpp from source; see README)'
 _LOG_CALLBACK = None  # kept alive: llama.cpp calls it for every log line
 
 
@@ -35,7 +37,20 @@ class GgufSettings:
     flash_attn: bool = True
     repack: bool = False  # llama.cpp's "extra buffer types": repacked weights for its wider GEMMs
     n_ctx: int = 8192  # tokens per context (each runner's KV cache), at most the model's training context
-    threads: int | None = None  # None: torch's thread count (the physical cores)
+    threads: int | None = None  # None: the physical cores (physical_cores), as torch's default thread count
+
+
+def physical_cores(cpus: Path = Path("/sys/devices/system/cpu")) -> int:
+    """The machine's physical cores: torch's default thread count where OMP_NUM_THREADS is not set, so both runtimes
+    run one thread per core (a core's second hardware thread shares its vector units). Linux reads each CPU's
+    (package, core) pair; elsewhere, or without that topology, every logical CPU counts."""
+    cores = set()
+    for cpu in cpus.glob("cpu[0-9]*/topology"):
+        try:
+            cores.add(((cpu / "physical_package_id").read_text().strip(), (cpu / "core_id").read_text().strip()))
+        except OSError:
+            continue
+    return len(cores) or os.cpu_count() or 1
 
 
 def llama_cpp_available() -> bool:
@@ -60,11 +75,10 @@ def _quiet(lib) -> None:
 
 
 class GgufModel:
-    """A GGUF file loaded by llama.cpp, and the pool of its contexts."""
+    """A GGUF file loaded by llama.cpp, and the pool of its contexts: the ``Backend`` of precision gguf."""
+    kind = "llama.cpp"
 
     def __init__(self, path: Path, settings: GgufSettings = GgufSettings()):
-        import torch
-
         lib = self.lib = require_llama_cpp()
         _quiet(lib)
         lib.llama_backend_init()
@@ -77,7 +91,7 @@ class GgufModel:
             raise ModelFormatError(f"llama.cpp could not load {path} (set {LOG_ENV}=1 to see why)")
         self.n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self.model))
         self.n_ctx = min(settings.n_ctx, lib.llama_model_n_ctx_train(self.model))
-        self.threads = settings.threads or torch.get_num_threads()
+        self.threads = settings.threads or physical_cores()
         self._idle: list[tuple] = []  # (ctx, batch, tokens) of contexts no runner holds
         self._lock = threading.Lock()
         self._closer = weakref.finalize(self, _free_model, lib, self.model, self._idle)
@@ -85,21 +99,46 @@ class GgufModel:
 
     def describe(self) -> str:
         flash = "on" if self.settings.flash_attn else "off"
-        return (f"llama.cpp {self.threads} threads, flash attention {flash}, repack "
+        return (f"{self.kind} {self.threads} threads, flash attention {flash}, repack "
                 f"{'on' if self.settings.repack else 'off'}, {self.n_ctx}-token contexts")
 
+    def weight_bytes(self) -> int:
+        """The GGUF file's size: llama.cpp maps its weights as they are stored."""
+        return self.path.stat().st_size
+
     def runner(self, vocab_size: int):
-        """A runner over an idle context (holding what its last runner left: ``resume`` keeps what still fits),
-        or a new one. The context returns to the pool when the runner is let go of."""
-        from engine.backends.llama_cpp_runner import LlamaCppRunner
+        """A runner over an idle context, holding what its last runner left (``resume`` keeps what is still valid),
+        or over a new, empty one. The context returns to the pool when the runner is let go of."""
+        from engine.backends.llama_cpp_runner import LlamaCppRunner  # numpy, and torch for the logits
 
         with self._lock:
             idle = self._idle.pop() if self._idle else None
         ctx, batch, tokens = idle or (*self._new_context(), [])
-        runner = LlamaCppRunner(self.lib, ctx, batch, self.n_ctx, self.n_vocab, vocab_size, tokens)
-        runner.owner = self  # the model outlives its runners' contexts
+        runner = LlamaCppRunner(self, ctx, batch, vocab_size, tokens)
         weakref.finalize(runner, self._release, ctx, batch, runner.tokens)
         return runner
+
+    @contextmanager
+    def forward_clock(self, total: list[float]) -> Iterator[list[float]]:
+        """Inside ``llama_decode`` (the batch filling and the logits copy count as outside). Every GGUF model of the
+        process shares the ``llama_cpp`` module, so a second model timing into the same ``total`` adds no clock."""
+        lib, decode = self.lib, self.lib.llama_decode
+        if getattr(decode, "total", None) is total:
+            yield total
+            return
+
+        def timed(ctx, batch):
+            start = time.perf_counter()
+            try:
+                return decode(ctx, batch)
+            finally:
+                total[0] += time.perf_counter() - start
+        timed.total = total
+        lib.llama_decode = timed
+        try:
+            yield total
+        finally:
+            lib.llama_decode = decode
 
     def _release(self, ctx, batch, tokens: list[int]) -> None:
         with self._lock:
@@ -107,7 +146,7 @@ class GgufModel:
 
     def _new_context(self):
         lib, params = self.lib, self.lib.llama_context_default_params()
-        params.n_ctx = params.n_batch = self.n_ctx  # one llama_decode per forward: its logits stay readable
+        params.n_ctx = params.n_batch = self.n_ctx  # one llama_decode per forward: only its logits stay readable
         params.n_threads = params.n_threads_batch = self.threads
         params.flash_attn_type = (lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if self.settings.flash_attn
                                   else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED)

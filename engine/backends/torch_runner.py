@@ -1,14 +1,23 @@
-"""A model plus its KV cache, with the one place where cache state changes.
+"""torch's runtime: a transformers model plus its KV cache (``ModelRunner``), and the model as a ``Backend``
+(``TorchBackend``): the runner contract of engine/backends/contract.py.
 
-Invariant (checked in tests): ``cache length == len(tokens)``, i.e. the cache holds exactly the tokens this
-model has consumed. ``rollback`` is the one call that drops cached tokens; ``forward`` feeds new tokens.
-Positions follow from the cache length: callers track it (the loop's ``pos``, gpt-fast's ``input_pos``) and
-never rescan their context per step; ``resume`` is for a runner reused across requests, once each.
+``rollback`` is the one call that drops cached tokens (``DynamicCache.crop``); ``forward`` feeds new tokens and keeps
+the logits on the model's device (sampling and verification run there; only chosen ids and shown p/q reach the host).
+``TorchBackend.runner`` makes a new runner, with an empty cache, per call.
 """
 from __future__ import annotations
 
+import itertools
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import ClassVar
+
 import torch
 from transformers import DynamicCache
+
+from engine.backends.contract import PrefixReuse
 
 
 def synchronize(device: torch.device) -> None:
@@ -20,37 +29,55 @@ def synchronize(device: torch.device) -> None:
         torch.mps.synchronize()
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two token lists (= index of the first difference)."""
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)
+@dataclass(frozen=True)
+class TorchBackend:
+    """A transformers model run by torch. Equal for the same model: a model loaded for two roles counts once."""
+    model: torch.nn.Module
+    kind: ClassVar[str] = "torch"
 
+    def runner(self, vocab_size: int) -> ModelRunner:
+        """A new runner with an empty KV cache."""
+        return ModelRunner(self.model, vocab_size)
 
-class PrefixReuse:
-    """The one reuse rule of every runner kind (torch's, llama.cpp's): needs ``tokens`` and ``rollback``."""
+    def describe(self) -> str:
+        return f"{self.kind} {torch.__version__}, {getattr(self.model.config, '_attn_implementation', '?')} attention"
 
-    def reusable_prefix(self, context_ids: list[int]) -> int:
-        """How many consumed tokens are still valid for ``context_ids``. Changes nothing. O(context): once per
-        request (a reused runner), not per step.
+    def weight_bytes(self) -> int:
+        """Bytes of the model's parameters and buffers."""
+        tensors = itertools.chain(self.model.parameters(), self.model.buffers())
+        return sum(t.numel() * t.element_size() for t in tensors)
 
-        Never the whole context: the last context token must be fed again, its logits predict what comes next.
-        """
-        return common_prefix(self.tokens, context_ids[:-1])
+    @contextmanager
+    def forward_clock(self, total: list[float]) -> Iterator[list[float]]:
+        """From each forward's call to its return (forward hooks): the model's, or its decoder's where a trimmed
+        head skips the model's own forward (the kept rows' matmul then counts as outside)."""
+        depth, started = [0], [0.0]
 
-    def resume(self, context_ids: list[int]) -> int:
-        """The one reuse rule of every decoder and draft: keep what this runner still holds of ``context_ids``
-        (a runner from an earlier generation may hold a shorter, longer or different context), drop the rest,
-        and return how many tokens it holds: the decode feeds ``context_ids`` from there. Once per request."""
-        pos = self.reusable_prefix(context_ids)
-        self.rollback(pos)
-        return pos
+        def enter(module, args) -> None:
+            started[0] = time.perf_counter() if depth[0] == 0 else started[0]
+            depth[0] += 1
+
+        def leave(module, args, out) -> None:
+            depth[0] -= 1
+            total[0] += time.perf_counter() - started[0] if depth[0] == 0 else 0.0
+        modules = {id(m): m for m in (self.model, self.model.get_decoder())}.values()
+        handles = [hook for m in modules for hook in (m.register_forward_pre_hook(enter),
+                                                      m.register_forward_hook(leave))]
+        try:
+            yield total
+        finally:
+            for handle in handles:
+                handle.remove()
 
 
 class ModelRunner(PrefixReuse):
+    """A transformers model and its ``DynamicCache``: the ``Runner`` contract (engine/backends/contract.py)."""
+
     def __init__(self, model, vocab_size: int):
         self.model = model
         self.vocab_size = vocab_size  # logits are cut to the tokenizer's vocabulary (padding rows dropped)
         self.device = next(model.parameters()).device
+        self.logits_device = str(self.device)
         self.tokens: list[int] = []
         self.cache = DynamicCache(config=model.config)
         self.head_ids: torch.Tensor | None = None  # with a trimmed head, only these tokens get logits
@@ -69,6 +96,9 @@ class ModelRunner(PrefixReuse):
             self._head = lambda hidden: hidden @ weight.T
         else:
             self._head = head.rows(self.head_ids)
+
+    def synchronize(self) -> None:
+        synchronize(self.device)
 
     def reset(self) -> None:
         self.tokens = []

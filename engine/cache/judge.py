@@ -87,8 +87,8 @@ class LLMJudge:
     """``judge(a, b) -> bool`` backed by a loaded chat model. ``lock`` serialises it with generation (the engine's
     model lock, engine/serve/model_lock.py, which also turns a device fault into a typed error).
 
-    The instruction and the worked examples are the same for every call: their KV cache stays in a
-    ModelRunner, so a call only prefills the two requests (one ``rollback`` to the shared prefix per call).
+    The instruction and the worked examples are the same for every call: their KV cache stays in one
+    runner, so a call only prefills the two requests (one ``rollback`` to the shared prefix per call).
     """
 
     def __init__(self, loaded: LoadedModel, threshold: float, lock: AbstractContextManager | None = None):

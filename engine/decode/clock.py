@@ -1,16 +1,14 @@
 """The clock of one decode step: how long proposing and verifying took, as a StepRecord.
 
-Every read first waits for the device's queued work (``synchronize``): GPU kernels run asynchronously and the
-logits stay on the device, so a bare clock read would time the kernels' launch, not their work.
+Every read first waits for the target runner's queued work (``Runner.synchronize``): GPU kernels run asynchronously
+and the logits stay on the device, so a bare clock read would time the kernels' launch, not their work.
 """
 from __future__ import annotations
 
 import time
 
-import torch
-
 from engine.decode.draft import Draft
-from engine.backends.torch_runner import synchronize
+from engine.backends.contract import Runner
 from engine.costs.kpolicy import StepRecord
 
 
@@ -18,13 +16,13 @@ class StepClock:
     """Started when made; ``lap()`` ends the propose phase (a step that skips it, like the reference decoder's,
     has no propose time), and ``step(...)`` ends the verify phase and returns the step's record."""
 
-    def __init__(self, device: torch.device):
-        self.device = device
+    def __init__(self, runner: Runner):
+        self.runner = runner
         self._start = self._now()
         self._proposed = self._start
 
     def _now(self) -> float:
-        synchronize(self.device)
+        self.runner.synchronize()
         return time.perf_counter()
 
     def lap(self) -> None:

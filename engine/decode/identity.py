@@ -7,7 +7,7 @@ pair loads, never assumed: a real prompt, at a short and a long position, at eac
 A row counts as equal only when all its logits are equal; after each verify forward one more token is fed alone
 and compared too, so the KV cache the verify left behind is checked as well.
 
-Works on any runner with the ``ModelRunner`` contract (forward, rollback, tokens). Torch is imported only
+Works on any ``Runner`` (engine/backends/contract.py: forward, rollback, tokens, reset). Torch is imported only
 inside the measurement: the app reads ``IdentityCheck`` without it.
 """
 from __future__ import annotations
@@ -15,10 +15,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from engine.backends.contract import Runner
 from engine.precision import rounding_step
 
 # The verify widths (k + 1) checked: every k up to 5, where the adaptive k spends nearly all its steps on a CPU,
-# then k = 8 and the widest model draft (k_max 16). About 30 s for the 1.5B target on 2 Zen 3 cores, 2 s for SmolLM2.
+# then k = 8 and the widest model draft (k_max 16). Its cost grows with the target's size (docs/models.md).
 CHECK_WIDTHS = (2, 3, 4, 5, 6, 9, 17)
 SHORT_POSITION, LONG_POSITION = 24, 256  # tokens of the prompt in the cache before each verify
 
@@ -50,7 +51,7 @@ class IdentityCheck:
                 f"position {pos} ({span})")
 
 
-def measure_identity(runner, text_ids: list[int], precision: str, widths: tuple[int, ...] = CHECK_WIDTHS,
+def measure_identity(runner: Runner, text_ids: list[int], precision: str, widths: tuple[int, ...] = CHECK_WIDTHS,
                      positions: tuple[int, ...] = (SHORT_POSITION, LONG_POSITION), where: str = "") -> IdentityCheck:
     """Compare each row of a forward of n tokens (n in ``widths``) at each of ``positions`` with the same tokens
     fed one at a time; a drift is counted in rounding steps of the row's top logit in ``precision``
@@ -87,7 +88,7 @@ class _Tally:
         self.drift = max(self.drift, float((batched - alone).abs().max()) / step)
 
 
-def _check_position(runner, ids: list[int], pos: int, widths: tuple[int, ...], tally: _Tally) -> None:
+def _check_position(runner: Runner, ids: list[int], pos: int, widths: tuple[int, ...], tally: _Tally) -> None:
     """At ``pos`` (the prompt prefilled up to there): the rows of each width, then one token fed alone after it."""
     import torch
 

@@ -1,6 +1,6 @@
 """The naive target-only decoder: one forward per token. Everything else is compared against it.
 
-It reuses a runner by the same rule as the loop (``ModelRunner.resume``) and tracks the same position ``pos``:
+It reuses a runner by the same rule as the loop (``Runner.resume``) and tracks the same position ``pos``:
 the tokens the target's cache holds.
 """
 from __future__ import annotations
@@ -12,19 +12,19 @@ from engine.config import SamplingConfig
 from engine.events import Event
 from engine.decode.clock import StepClock
 from engine.decode.draft import EMPTY_DRAFT
-from engine.backends.torch_runner import ModelRunner
+from engine.backends.contract import Runner
 from engine.decode.sampling import logits_to_probs, make_generator, sample, top_tokens
 from engine.decode.stream import StatsTracker, TokenStream
 
 
-def reference_generate(target: ModelRunner, prompt_ids: list[int], stream: TokenStream, sampling: SamplingConfig,
+def reference_generate(target: Runner, prompt_ids: list[int], stream: TokenStream, sampling: SamplingConfig,
                        cancel: threading.Event | None = None) -> Iterator[Event]:
-    generator = make_generator(sampling.seed, target.device)
+    generator = make_generator(sampling.seed, target.logits_device)
     stats = StatsTracker(proposer="target-only")
     context = list(prompt_ids)
     pos = target.resume(context)
     while not stream.finished(cancel):
-        clock = StepClock(target.device)
+        clock = StepClock(target)
         fed = context[pos:]
         p_target = logits_to_probs(target.forward(fed, n_logits=1)[-1], sampling)  # (vocab,)
         token = sample(p_target, sampling, generator)

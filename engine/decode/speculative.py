@@ -14,25 +14,25 @@ from engine.config import SamplingConfig
 from engine.events import DraftCut, Event, TokenEvent
 from engine.costs.kpolicy import FixedK, KChoice, KPolicy, StepRecord
 from engine.decode.clock import StepClock
-from engine.backends.torch_runner import ModelRunner
+from engine.backends.contract import Runner
 from engine.decode.draft import Draft, Proposer
 from engine.decode.sampling import logits_to_probs, make_generator, top_tokens
 from engine.decode.stream import StatsTracker, TokenStream
 from engine.decode.verify import Verdict, verify_greedy, verify_rejection
 
 
-def speculative_generate(target: ModelRunner, proposer: Proposer, prompt_ids: list[int], stream: TokenStream,
+def speculative_generate(target: Runner, proposer: Proposer, prompt_ids: list[int], stream: TokenStream,
                          sampling: SamplingConfig, *, k_policy: KPolicy | None = None,
                          cancel: threading.Event | None = None) -> Iterator[Event]:
     """Yield TokenEvents as they are decided, a StatsEvent after each step, and a final DoneEvent."""
     k_policy = k_policy or FixedK(4)
-    generator = make_generator(sampling.seed, target.device)
+    generator = make_generator(sampling.seed, target.logits_device)
     proposer.reset(prompt_ids, sampling, generator)
     stats = StatsTracker(proposer=proposer.name)
     context = list(prompt_ids)
     pos = target.resume(context)  # how many context tokens the target's cache holds (gpt-fast's input_pos)
     while not stream.finished(cancel):
-        clock = StepClock(target.device)
+        clock = StepClock(target)
         # 1. propose (k = 0 asks only for free drafts, e.g. a prompt lookup; a model proposer returns none)
         choice = k_policy.choose()
         draft, cut = _propose(proposer, k_policy, context, choice.k, room=stream.remaining - 1)

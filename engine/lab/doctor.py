@@ -28,12 +28,12 @@ TEMPLATE_PROBE = [{"role": "user", "content": "Hi"}]
 
 def memory_gb(loaded: LoadedModel) -> dict[str, float]:
     """Weights only, per precision (each record's bytes per weight; the KV cache comes on top)."""
-    size = config_size(loaded.model.config)
+    size = config_size(loaded.config)
     return {name: size.bytes(name) / 1e9 for name in RECORDS}
 
 
 def kv_mb_per_1k(loaded: LoadedModel) -> float:
-    c = loaded.model.config
+    c = loaded.config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
     return 2 * c.num_hidden_layers * kv_heads * head_dim * 2 * 1000 / 1e6  # K and V, bf16

@@ -18,7 +18,7 @@ import torch
 from scipy.stats import chisquare
 
 from engine.config import SamplingConfig
-from engine.backends.torch_runner import ModelRunner
+from engine.backends.contract import Runner
 from engine.decode.sampling import logits_to_probs
 
 BINS = 5
@@ -42,7 +42,7 @@ class FidelityCheck:
                 "passed": self.passed}
 
 
-def target_probs(target: ModelRunner, prompt_ids: list[int], answer_ids: list[int],
+def target_probs(target: Runner, prompt_ids: list[int], answer_ids: list[int],
                  sampling: SamplingConfig) -> torch.Tensor:
     """(len(answer), vocab): the target's distribution at each answer position, teacher-forced in one forward."""
     target.reset()

@@ -6,8 +6,8 @@ import statistics
 import time
 import weakref
 
+from engine.backends.contract import Runner
 from engine.decode.identity import IdentityCheck, measure_identity
-from engine.backends.torch_runner import ModelRunner, synchronize
 from engine.costs.costmodel import StepCosts, fit_line
 
 CALIBRATION_CONTEXT = 16  # tokens in the KV cache before the timed forwards (a short prefill: cheap at load)
@@ -19,7 +19,7 @@ def _plain_ids(n: int) -> list[int]:
     return [(17 * i + 11) % 1000 + 100 for i in range(n)]  # ordinary tokens; wrapped to small vocabularies
 
 
-def forward_costs(runner: ModelRunner, context: int, tokens: list[int], repeats: int) -> dict[int, float]:
+def forward_costs(runner: Runner, context: int, tokens: list[int], repeats: int) -> dict[int, float]:
     """Median seconds of a forward over n new tokens after ``context`` cached tokens, for each n. The context is
     prefilled once (kept when the runner already holds it)."""
     ids = [i % runner.vocab_size for i in _plain_ids(context + max(tokens))]
@@ -33,17 +33,17 @@ def forward_costs(runner: ModelRunner, context: int, tokens: list[int], repeats:
     for n in tokens:
         times = []
         for _ in range(repeats):
-            synchronize(runner.device)
+            runner.synchronize()
             start = time.perf_counter()
             runner.forward(ids[context:context + n], n_logits=n)
-            synchronize(runner.device)  # the logits stay on the device: wait for the forward to finish
+            runner.synchronize()  # the logits may stay on a device: wait for the forward to finish
             times.append(time.perf_counter() - start)
             runner.rollback(context)
         costs[n] = statistics.median(times)
     return costs
 
 
-def calibrate(target: ModelRunner, draft: ModelRunner, repeats: int = 2) -> StepCosts:
+def calibrate(target: Runner, draft: Runner, repeats: int = 2) -> StepCosts:
     """StepCosts from a few timed forwards: the target at 1..16 new tokens (its curve), the draft at 1."""
     verify = forward_costs(target, CALIBRATION_CONTEXT, list(CALIBRATION_TOKENS), repeats)
     a, b = fit_line(list(verify), list(verify.values()))
@@ -82,16 +82,16 @@ if __name__ == "__main__":
 '''
 
 
-_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its IdentityCheck, on this machine
+_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # backend -> its IdentityCheck, on this machine
 
 
 def check_identity(target) -> IdentityCheck:
-    """Whether greedy speculation is bit-for-bit ``target``'s output on this machine: measured on a fresh runner
-    (engine/decode/identity.py), at load, for every runner and precision; once per loaded model (a pair
+    """Whether greedy speculation is bit-for-bit ``target``'s output on this machine: measured on a runner emptied
+    first (engine/decode/identity.py), at load, for every runner and precision; once per loaded model (a pair
     switch that keeps the target does not measure it again)."""
-    if target.model in _CHECKED:
-        return _CHECKED[target.model]
-    _CHECKED[target.model] = check = _measure(target)
+    if target.backend in _CHECKED:
+        return _CHECKED[target.backend]
+    _CHECKED[target.backend] = check = _measure(target)
     return check
 
 

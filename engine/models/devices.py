@@ -178,12 +178,6 @@ def choose_gpu_precisions(free_bytes: int, half: str, sizes: dict[str, ModelSize
     return PrecisionPlan(dict(zip(roles, choice)), reason)
 
 
-def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of a loaded model's parameters and buffers."""
-    tensors = itertools.chain(model.parameters(), model.buffers())
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
 def is_out_of_memory(err: BaseException) -> bool:
     """CUDA's OutOfMemoryError, or MPS's RuntimeError 'MPS backend out of memory'."""
     return isinstance(err, torch.cuda.OutOfMemoryError) or (
@@ -192,8 +186,8 @@ def is_out_of_memory(err: BaseException) -> bool:
 
 def gpu_bytes(loaded: list) -> int:
     """GPU memory held by the weights of ``loaded`` (LoadedModels; a model shared by two roles counts once)."""
-    models = {id(m.model): m.model for m in loaded if m.device.type == "cuda"}
-    return sum(weight_bytes(model) for model in models.values())
+    backends = {m.backend for m in loaded if m.device.type == "cuda"}  # equal for the same model
+    return sum(backend.weight_bytes() for backend in backends)
 
 
 GENERATION_INSTEAD = "Ask for fewer new tokens or a shorter prompt, or load the pair in nf4 to leave more room."
@@ -206,7 +200,7 @@ def out_of_memory(what: str, loaded: list, device: torch.device | None = None,
     device = device or loaded[0].device
     release_memory(device)
     sizes = ", ".join(f"{m[0]} {gb(m[1])}" if isinstance(m, tuple) else
-                      f"{m.name} ({m.precision}) {gb(weight_bytes(m.model))}" for m in loaded)
+                      f"{m.name} ({m.precision}) {gb(m.backend.weight_bytes())}" for m in loaded)
     free = ""
     if device.type == "cuda":
         free_bytes, total = gpu_memory(device)

@@ -16,6 +16,7 @@ from engine.models.int4_weight import quantize_int4
 from engine.models.int8_weight import quantize_int8_weight
 from engine.errors import IncompatiblePairError, MissingDependencyError, UnknownModelError
 from engine.precision import precision as record
+from engine.backends.contract import Backend, Runner
 from engine.backends.llama_cpp import GGUF, GgufModel
 from engine.models.sources import (ALLOW_DOWNLOADS_ENV, GGUF_MAGIC, check_gguf_file, check_source,  # noqa: F401
                                    gguf_file, gguf_runnable, hub_source, resolve_source, source_kind)
@@ -28,30 +29,28 @@ class LoadedModel:
     """A loaded model as one value: what ``load_model`` (or ``wrap_model``) made, never changed after."""
     name: str
     precision: str
-    model: object  # a transformers PreTrainedModel
+    backend: Backend  # what runs it: makes its runners, says what it is (engine/backends)
+    config: object  # the transformers config: the model's sizes (layers, heads, vocabulary), for every backend
     tokenizer: object
     vocab_size: int  # tokenizer vocabulary; logits beyond it are padding rows
     eos_ids: frozenset[int]
     context_window: int
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     auto_precision: bool = False  # the precision was chosen by ``auto`` for this machine
+    model: torch.nn.Module | None = None  # the transformers model where torch runs it (HF generate, hooks, copies)
 
 
-def runner_for(loaded: LoadedModel):
-    """A fresh runner (an empty KV cache) on ``loaded``'s model: the one way a decode, a proposer, a calibration,
-    the judge or a bench gets one. Fresh per generation: the same prompt and seed always give the same answer."""
-    if isinstance(loaded.model, GgufModel):  # a context from the model's pool (engine/backends/llama_cpp.py)
-        return loaded.model.runner(loaded.vocab_size)
-    from engine.backends.torch_runner import ModelRunner  # transformers, only once a model is loaded
-
-    return ModelRunner(loaded.model, loaded.vocab_size)
+def runner_for(loaded: LoadedModel) -> Runner:
+    """A runner on ``loaded``'s model: the one way a decode, a proposer, a calibration, the judge or a bench gets
+    one. It may hold tokens (a llama.cpp context from the model's pool keeps what its last runner left): a decoder
+    calls ``resume``, which keeps only what is still valid for its context, and a caller that needs an empty cache
+    calls ``reset``."""
+    return loaded.backend.runner(loaded.vocab_size)
 
 
 def runner_name(loaded: LoadedModel) -> str:
     """What runs ``loaded``, in words: llama.cpp and its settings, or torch and its attention."""
-    if isinstance(loaded.model, GgufModel):
-        return loaded.model.describe()
-    return f"torch {torch.__version__}, {getattr(loaded.model.config, '_attn_implementation', '?')} attention"
+    return loaded.backend.describe()
 
 
 def quiet_library_logs() -> None:
@@ -151,26 +150,28 @@ def load_gguf(name: str, cache_dir: Path | None = None, auto_precision: bool = F
 
     path = gguf_file(name, cache_dir)
     tokenizer = load_tokenizer(name, cache_dir)
-    model = GgufModel(path)
-    model.config = AutoConfig.from_pretrained(resolve_source(name, cache_dir))  # sizes, for the pair doctor
+    gguf = GgufModel(path)
     vocab = tokenizer.get_vocab()
     eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
     eos.update(vocab[t] for t in END_TOKENS if t in vocab)
-    return LoadedModel(name=name, precision=GGUF, model=model, tokenizer=tokenizer,
-                       vocab_size=min(len(tokenizer), model.n_vocab), eos_ids=frozenset(eos),
-                       context_window=model.n_ctx, device=torch.device("cpu"), auto_precision=auto_precision)
+    return LoadedModel(name=name, precision=GGUF, backend=gguf,
+                       config=AutoConfig.from_pretrained(resolve_source(name, cache_dir)), tokenizer=tokenizer,
+                       vocab_size=min(len(tokenizer), gguf.n_vocab), eos_ids=frozenset(eos),
+                       context_window=gguf.n_ctx, device=torch.device("cpu"), auto_precision=auto_precision)
 
 
 def wrap_model(name: str, precision: str, model, tokenizer, auto_precision: bool = False) -> LoadedModel:
-    """Describe an already-built model (used by tests with tiny random models too)."""
+    """Describe an already-built transformers model, run by torch (used by tests with tiny random models too)."""
+    from engine.backends.torch_runner import TorchBackend  # transformers, only once a model is loaded
+
     vocab = tokenizer.get_vocab() if tokenizer is not None else {}
     eos = set()
     for source in (getattr(tokenizer, "eos_token_id", None), model.generation_config.eos_token_id):
         eos.update(source if isinstance(source, (list, tuple)) else [source] if source is not None else [])
     eos.update(vocab[t] for t in END_TOKENS if t in vocab)
     vocab_size = len(tokenizer) if tokenizer is not None else model.config.vocab_size
-    return LoadedModel(name=name, precision=precision, model=model, tokenizer=tokenizer,
-                       vocab_size=min(vocab_size, _output_rows(model)),
+    return LoadedModel(name=name, precision=precision, backend=TorchBackend(model), config=model.config,
+                       tokenizer=tokenizer, model=model, vocab_size=min(vocab_size, _output_rows(model)),
                        eos_ids=frozenset(eos), context_window=int(getattr(model.config, "max_position_embeddings",
                                                                              4096)),
                        device=next(model.parameters()).device, auto_precision=auto_precision)

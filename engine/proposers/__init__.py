@@ -1,8 +1,9 @@
 """Proposer registry: name -> factory. Siblings, not subclasses. Each entry's proposer carries the entry's name
 (its ``name`` labels the stats and traces).
 
-A factory gets ``make_draft``, which loads nothing itself: it makes the draft model's runner (a fresh KV
-cache) when called, and only the entries that draft with the model call it. Which draft each entry uses:
+A factory gets ``make_draft``, which loads nothing itself: it makes the draft model's runner (which may hold
+tokens: the proposer resumes from them) when called, and only the entries that draft with the model call it.
+Which draft each entry uses:
 
 - ``draft``: the draft model as in the papers, k tokens with the full output head;
 - ``fast-draft``: the draft model with the confidence cut-off and the trimmed output head;
@@ -13,7 +14,7 @@ from collections.abc import Callable
 
 from engine.config import FREE_PROPOSERS, PROPOSER_NAMES
 from engine.decode.draft import EMPTY_DRAFT, Draft, Proposer
-from engine.backends.torch_runner import ModelRunner
+from engine.backends.contract import Runner
 from engine.proposers.draft_model import DraftModelProposer
 from engine.proposers.hybrid import HybridProposer
 from engine.proposers.ngram import NgramProposer
@@ -25,7 +26,7 @@ CONFIDENCE_CUTOFF = 0.25
 # The fast draft's output head keeps the most frequent token ids (lowest BPE ranks) plus the prompt's.
 HEAD_TOKENS = 32768
 
-DraftRunnerMaker = Callable[[], ModelRunner]  # makes the draft model's runner; called only by model drafts
+DraftRunnerMaker = Callable[[], Runner]  # makes the draft model's runner; called only by model drafts
 ProposerFactory = Callable[[DraftRunnerMaker], Proposer]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from engine.config import SamplingConfig
-from engine.backends.torch_runner import ModelRunner, common_prefix
+from engine.backends.contract import Runner, common_prefix
 from engine.decode.draft import EMPTY_DRAFT, Draft
 from engine.decode.sampling import logits_to_probs, sample
 
@@ -17,7 +17,7 @@ from engine.decode.sampling import logits_to_probs, sample
 class DraftModelProposer:
     """``name`` labels its stats and traces: the registry entry that made it (``draft``, ``fast-draft``)."""
 
-    def __init__(self, draft: ModelRunner, min_confidence: float = 0.0, head_tokens: int | None = None,
+    def __init__(self, draft: Runner, min_confidence: float = 0.0, head_tokens: int | None = None,
                  name: str = "draft"):
         self.draft = draft
         self.name = name

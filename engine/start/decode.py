@@ -1,9 +1,10 @@
 """Start a speculative or a target-only decode of loaded models: the one place that builds what a decode needs.
 
-A decode gets fresh runners (``engine.models.loading.runner_for``: empty KV caches, so the same prompt and seed
-always give the same answer), the registry's proposer, the k policy of its ``SpecConfig`` and a token stream
-sized to the room the context window leaves. No forward runs until the returned generator is advanced; the caller
-decides under which lock (engine/serve/model_lock.py for the chat).
+A decode gets runners (``engine.models.loading.runner_for``: a runner may hold tokens, and each decoder resumes
+what is still valid of its prompt; the answer is the one an empty runner gives wherever the runner's rows are
+batch-invariant, which the load-time identity check measures), the registry's proposer, the k policy of its
+``SpecConfig`` and a token stream sized to the room the context window leaves. No forward runs until the returned
+generator is advanced; the caller decides under which lock (engine/serve/model_lock.py for the chat).
 """
 from __future__ import annotations
 

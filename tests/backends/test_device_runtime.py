@@ -57,6 +57,10 @@ def test_synchronize_waits_for_cuda_and_mps_and_not_for_the_cpu(monkeypatch):
     runner_module.synchronize(torch.device("mps"))
     runner_module.synchronize(torch.device("cpu"))
     assert calls == [("cuda", torch.device("cuda", 1)), ("mps", None)]
+    runner = ModelRunner(tiny_model(0), 48)
+    runner.device = torch.device("cuda", 1)  # the runner waits for its own model's device
+    runner.synchronize()
+    assert calls[-1] == ("cuda", torch.device("cuda", 1))
 
 
 class _Clock:
@@ -72,11 +76,11 @@ class _Clock:
 
 @pytest.mark.parametrize("module_name", ["engine.decode.clock", "engine.models.calibrate"])
 def test_every_clock_read_on_cuda_waits_for_the_device_first(monkeypatch, module_name):
-    """The logits stay on the device, so nothing else blocks: each timed region must synchronize explicitly (both
-    decoders time their steps with engine.decode.clock's StepClock)."""
+    """The logits stay on the device, so nothing else blocks: each timed region must synchronize explicitly, through
+    the runner (``Runner.synchronize``; both decoders time their steps with engine.decode.clock's StepClock)."""
     module = sys.modules.get(module_name) or __import__(module_name, fromlist=["_"])
     log: list[str] = []
-    monkeypatch.setattr(module, "synchronize", lambda device: log.append("sync"))
+    monkeypatch.setattr(ModelRunner, "synchronize", lambda self: log.append("sync"))
     monkeypatch.setattr(module, "time", _Clock(log))
     target, draft = tiny_pair(0)
     engine = ChatEngine()

@@ -11,7 +11,7 @@ import torch
 
 from engine.config import PROPOSER_NAMES, SamplingConfig, SpecConfig
 from engine.backends.llama_cpp_runner import LlamaCppRunner
-from engine.backends.torch_runner import common_prefix
+from engine.backends.contract import common_prefix
 from engine.decode.stream import TokenStream
 from engine.divergence import first_divergence
 from engine.errors import InvalidSettingError
@@ -117,7 +117,7 @@ def test_llama_cpp_and_the_hf_tokenizer_give_the_same_ids_for_the_same_chat(name
                   {"role": "assistant", "content": "def is_prime(n): ..."}, {"role": "user", "content": texts[1]}])
     for messages in chats:
         rendered = loaded.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        assert loaded.model.tokenize(rendered, special=True) == template_ids(loaded.tokenizer, messages)
+        assert loaded.backend.tokenize(rendered, special=True) == template_ids(loaded.tokenizer, messages)
 
 
 def test_auto_picks_gguf_on_a_cpu_for_gguf_models_and_torch_elsewhere(monkeypatch, tmp_path):

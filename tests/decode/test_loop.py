@@ -11,7 +11,8 @@ from engine.models.loading import wrap_model
 from engine.proposers import PROPOSERS, draft_model
 from engine.proposers.draft_model import DraftModelProposer
 from engine.decode.reference import reference_generate
-from engine.backends.torch_runner import ModelRunner, common_prefix
+from engine.backends.contract import common_prefix
+from engine.backends.torch_runner import ModelRunner
 from engine.decode.speculative import speculative_generate
 from engine.decode.stream import TokenStream
 from tests.helpers.tiny import (ByteTokenizer, DraftRunners, cached, exact_sequence_probs, reference_done, run,

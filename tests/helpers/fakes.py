@@ -125,7 +125,7 @@ class FakeEngine:
         yield tok("x", "target")
         yield done((1,), stats(new_tokens=32, elapsed_s=4.0))
 
-    def explain_divergence(self, messages, sampling, reference_ids, other_ids):
+    def explain_divergence(self, messages, reference_ids, other_ids):
         return None
 
     def prove_fp32(self, messages, sampling, spec):
@@ -167,7 +167,7 @@ class FakeEngine:
 class RaceEngine(FakeEngine):
     """A race whose answers differ at token 1, explained as a tie (and the fake's fp32 proof)."""
 
-    def explain_divergence(self, messages, sampling, reference_ids, other_ids):
+    def explain_divergence(self, messages, reference_ids, other_ids):
         self.explained = (reference_ids, other_ids)
         d = div_dict()
         return SimpleNamespace(**{k: v for k, v in d.items() if k != "within_rounding"}, within_rounding=True,

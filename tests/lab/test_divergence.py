@@ -8,7 +8,7 @@ from engine.config import CACHE_OFF, SamplingConfig, SpecConfig
 from engine.divergence import Divergence, first_divergence, top_logits
 from engine.precision import rounding_step
 from engine.chat_engine import ChatEngine
-from engine.backends.torch_runner import common_prefix
+from engine.backends.contract import common_prefix
 from engine.events import final_done
 from tests.helpers.tiny import tiny_pair
 from tests.helpers.constants import SMOL
@@ -61,7 +61,7 @@ def test_engine_explains_and_proves_on_an_fp32_pair(monkeypatch):
     messages, sampling = [{"role": "user", "content": "abc"}], SamplingConfig(max_new_tokens=12)
     proof = engine.prove_fp32(messages, sampling, SpecConfig(k=3))
     assert proof.identical and proof.divergence is None and proof.n_tokens > 0
-    div = engine.explain_divergence(messages, sampling, [1, 2, 3], [1, 4, 3])
+    div = engine.explain_divergence(messages, [1, 2, 3], [1, 4, 3])
     assert div.position == 1 and div.precision == "fp32"
 
 
@@ -81,7 +81,7 @@ def test_bf16_divergence_is_a_rounding_tie_and_fp32_is_identical(real_models, pr
     spec = SpecConfig(k=4)
     reference = final_done(engine.generate_reference(messages, sampling)).token_ids
     other = final_done(engine.generate(messages, sampling, spec, cache=CACHE_OFF)).token_ids
-    div = engine.explain_divergence(messages, sampling, list(reference), list(other))
+    div = engine.explain_divergence(messages, list(reference), list(other))
     if reference == other:
         assert div is None
     else:

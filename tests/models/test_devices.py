@@ -269,7 +269,7 @@ def test_cuda_out_of_memory_is_the_same_typed_error_on_every_path_that_runs_the_
              ("while checking a cached answer",
               lambda: list(engine.generate(messages, sampling, spec, cache=CacheConfig(mode="verify")))),
              ("while judging a cache hit", lambda: the_judge("abc", "abd")),
-             ("while explaining a divergence", lambda: engine.explain_divergence(messages, sampling, [1, 2], [1, 3])),
+             ("while explaining a divergence", lambda: engine.explain_divergence(messages, [1, 2], [1, 3])),
              ("while proving in fp32", lambda: engine.prove_fp32(messages, sampling, spec)),
              ("while diagnosing the pair", lambda: engine.pair_doctor(("code",), 4)),
              ("while experimenting", lambda: list(engine.run_experiment(grid)))]

@@ -102,7 +102,7 @@ def test_the_doctors_memory_covers_every_precision_from_the_records():
 
     target, _ = tiny_pair(0)
     memory = memory_gb(target)
-    size = config_size(target.model.config)
+    size = config_size(target.config)
     assert set(memory) == set(RECORDS)
     assert all(memory[name] == size.bytes(name) / 1e9 for name in RECORDS)
     assert 0 < memory["int4"] < memory["int8-weight"] < memory["bf16"] and 0 < memory["gguf"] < memory["bf16"]

@@ -214,7 +214,7 @@ def test_smollm2_int8_weight_target_greedy_speculative_equals_reference(smol_int
         spec = done(smol_int8_target.generate(messages, sampling, spec_config, cache=CACHE_OFF))[-1]
         assert spec.text.strip()
         if spec.token_ids != ref.token_ids:
-            divergence = smol_int8_target.explain_divergence(messages, sampling, ref.token_ids, spec.token_ids)
+            divergence = smol_int8_target.explain_divergence(messages, ref.token_ids, spec.token_ids)
             assert divergence.within_rounding, divergence
         accepted[spec_config] = spec.stats.acceptance.accepted
     assert accepted[SpecConfig(k=4)] > 0  # the adaptive spec may rightly choose not to draft: timing-dependent

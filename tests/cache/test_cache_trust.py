@@ -54,8 +54,10 @@ def open_cache(where, secret=None, mode="verify"):
         from engine.cache.redis_store import RedisStore
 
         url, namespace = where.split("#")
-        return SemanticCache(RedisStore(url, namespace=namespace), PrefixBlindEmbedder(), mode=mode, secret=secret)
-    return SemanticCache(where, PrefixBlindEmbedder(), mode=mode, secret=secret)
+        return SemanticCache(RedisStore(url, namespace=namespace), PrefixBlindEmbedder(), config=CacheConfig(mode),
+                             secret=secret)
+    return SemanticCache(where, PrefixBlindEmbedder(), config=CacheConfig(mode),
+                             secret=secret)
 
 
 def engine_on(pair, cache) -> ChatEngine:
@@ -115,7 +117,7 @@ def test_a_planted_wrong_answer_under_an_exact_key(pair, request, tmp_path, capl
         assert event.outcome == "verified" and "disagrees with the cached answer at token 3" in event.reason
         assert [t.kind for t in tokens][2] == "corrected" and done.stats.acceptance.steps >= 1
         with open_cache(where) as reader:  # refuted inside its answer, nothing complete to replace it: gone
-            assert reader.lookup(PROMPT, event_scope(engine), mode="direct").outcome == "miss"
+            assert reader.lookup(PROMPT, event_scope(engine), CacheConfig("direct")).outcome == "miss"
 
 
 def event_scope(engine):

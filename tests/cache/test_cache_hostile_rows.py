@@ -2,7 +2,7 @@
 
 diskcache keeps large values in files and their relative path in ``cache.db``; a planted row naming
 ``../../victim/a/b/notes.txt``, an absolute path, or a path through a symbolic link must never make the cache
-read, remove or write anything outside its directory, and the row is removed (issue 16, finding 1). The same
+read, remove or write anything outside its directory, and the row is removed. The same
 holds for planted settings and for links where the database or the quarantine file should be. The Redis
 store is audited the same way: a planted key cannot reach another namespace.
 """

@@ -1,4 +1,4 @@
-"""Verify means verify (issue 16, finding 2): a wrong answer planted under an exact key, on disk or in a real
+"""Verify means verify: a wrong answer planted under an exact key, on disk or in a real
 Redis, never reaches the user unchecked. In verify mode the target checks an exact hit as one draft: served as
 ``cached`` only when it accepts every token, otherwise corrected (and the entry dropped or replaced). Direct
 mode serves exact hits as they are only from a store it trusts: the user's own directory, or any store whose

@@ -229,7 +229,7 @@ def test_two_engines_on_one_redis8_share_hits_and_a_redis_restart_loses_no_chat(
         assert one.cache.search.endswith("vector set") and "vector set" in two.cache_info().backend
         first = ask(one, "Name a planet.")
         assert first[0].outcome == "miss" and first[-1].finish_reason == "eos"
-        # found in the other instance's entry; verify mode checks an exact hit with the target (issue 16), so it
+        # found in the other instance's entry; verify mode checks an exact hit with the target, so it
         # is served "exact" or, where the target would answer otherwise, corrected as "verified"
         assert ask(two, "name a planet")[0].outcome in ("exact", "verified")
         assert ask(two, "Please name one planet.")[0].outcome in ("verified", "cached")  # semantic, on the server

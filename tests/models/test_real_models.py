@@ -246,7 +246,7 @@ def test_auto_precision_is_the_machine_choice_and_said_so(smol_int8_target):
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_smollm2_int4_target_is_bit_identical_with_every_proposer(real_models, prompt):
     """An int4 target on the CPU (eager attention) is batch-invariant: greedy speculation gives exactly the
-    target-only tokens, every proposer, no ties to explain (issue: bit-for-bit identity)."""
+    target-only tokens, every proposer, no ties to explain."""
     from engine.config import CACHE_OFF, DEFAULT_SPEC
     engine = real_models.engine(SMOL, "int4", SMOL, "int4")
     assert engine.info().bit_identical

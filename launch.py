@@ -22,6 +22,9 @@ from engine.precision import overview
 
 API_KEY_ENV = "SPECLENS_API_KEY"
 CACHE_URL_ENV = "SPECLENS_CACHE_URL"
+CACHE_SECRET_ENV = "SPECLENS_CACHE_SECRET"
+# every secret, by its argument name, and the variable it may come from instead (``secret`` reads each one alike)
+SECRETS = {"api_key": API_KEY_ENV, "cache_url": CACHE_URL_ENV, "cache_secret": CACHE_SECRET_ENV}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,13 +58,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                             "namespace: redis://[:password@]host:port/db (default: $SPECLENS_CACHE_URL, else a "
                             "local directory under the cache root). With a password, prefer the variable or "
                             "--cache-url-file")
-    p.add_argument("--cache-secret", default=os.environ.get("SPECLENS_CACHE_SECRET") or None,
-                   help="a secret (16+ bytes) shared by every instance of the semantic cache: records are signed "
-                        "(HMAC-SHA256) and those that do not check are refused. Without one, a shared (Redis) cache "
-                        "serves nothing unchecked: the target verifies every hit (default: $SPECLENS_CACHE_SECRET; "
-                        "on the command line, `ps` shows it: prefer the variable or --cache-secret-file)")
-    p.add_argument("--cache-secret-file", default=None,
-                   help="read the cache secret from this file (its first line)")
+    add_secret_options(p, "--cache-secret", "the cache secret",
+                       help="a secret (16+ bytes) shared by every instance of the semantic cache: records are signed "
+                            "(HMAC-SHA256) and those that do not check are refused. Without one, a shared (Redis) "
+                            "cache serves nothing unchecked: the target verifies every hit (default: "
+                            "$SPECLENS_CACHE_SECRET; on the command line, `ps` shows it: prefer the variable or "
+                            "--cache-secret-file)")
     p.add_argument("--cache-namespace", default=os.environ.get("SPECLENS_CACHE_NAMESPACE") or "speclens",
                    help="key prefix in Redis; deployments with different namespaces never see each other's "
                         "entries (default: $SPECLENS_CACHE_NAMESPACE or speclens)")
@@ -70,8 +72,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not 0 <= args.port <= 65535:
         p.error(f"--port {args.port}: a port is a number in [0, 65535]")
-    args.api_key = secret(p, args, "api_key", API_KEY_ENV)
-    args.cache_url = secret(p, args, "cache_url", CACHE_URL_ENV)
+    for name, env in SECRETS.items():
+        setattr(args, name, secret(p, args, name, env))
     return args
 
 
@@ -91,9 +93,11 @@ def secret(parser: argparse.ArgumentParser, args: argparse.Namespace, name: str,
         parser.error(f"give {option} or {option}-file, not both")
     if path:
         try:
-            lines = Path(path).expanduser().read_text().splitlines()
+            lines = Path(path).expanduser().read_text(encoding="utf-8").splitlines()
         except OSError as err:
             parser.error(f"{option}-file {path}: {err.strerror or err}")
+        except UnicodeDecodeError:
+            parser.error(f"{option}-file {path}: not UTF-8 text")
         if not lines or not lines[0].strip():
             parser.error(f"{option}-file {path}: the first line is empty")
         return lines[0].strip()
@@ -105,17 +109,6 @@ def _no_phoning_home() -> None:
     gradio or huggingface_hub import (app/ui.py also builds its Blocks with analytics_enabled=False)."""
     os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-
-
-def cache_secret(args: argparse.Namespace) -> str | None:
-    """The cache secret: --cache-secret-file's first line, else --cache-secret / $SPECLENS_CACHE_SECRET."""
-    if not args.cache_secret_file:
-        return args.cache_secret
-    try:
-        with open(os.path.expanduser(args.cache_secret_file), encoding="utf-8") as f:
-            return f.readline().strip()
-    except (OSError, UnicodeDecodeError) as err:
-        sys.exit(f"[speclens] --cache-secret-file {args.cache_secret_file}: cannot read it ({err})")
 
 
 def open_semantic_cache(cache_dir: Path, cache_url: str | None = None, namespace: str = "speclens",
@@ -164,7 +157,7 @@ def load_engine(args: argparse.Namespace, cache_dir: Path):
 
     target, draft = args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT
     start = time.perf_counter()
-    cache = open_semantic_cache(cache_dir, args.cache_url, args.cache_namespace, cache_secret(args),
+    cache = open_semantic_cache(cache_dir, args.cache_url, args.cache_namespace, args.cache_secret,
                                 args.cache_max_entries)
     engine = ChatEngine(cache=cache, cache_dir=cache_dir)
     print(f"[speclens] loading target {target} and draft {draft} (first use converts the weights once)…",

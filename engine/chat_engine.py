@@ -103,7 +103,7 @@ class ChatEngine:
         backend = f"{self.cache.location}, searched by {search}" if search else self.cache.location
         pair = self.slot.pair
         judge = judge_line(pair.target if pair else None, self.slot.paraphrase_judge)
-        return CacheInfo(available=True, threshold=self.cache.threshold, backend=backend, judge=judge)
+        return CacheInfo(available=True, threshold=self.cache.config.threshold, backend=backend, judge=judge)
 
     def cache_stats(self) -> CacheStats | None:
         return None if self.cache is None else self.cache.stats()

@@ -26,12 +26,12 @@ from pathlib import Path
 from tqdm import tqdm
 
 from bench.cli import arguments_checked, read_jsonl, whole_number_at_least
-from engine.config import CacheConfig, SamplingConfig
+from engine.config import DEFAULT_CACHE_THRESHOLD, CacheConfig, SamplingConfig
 from engine.cache.backends import StoreUnavailable, is_url, open_store
 from bench.cache.scale import format_exactness, format_latency, measure_exactness, measure_latency
 from engine.cache.embedder import load_default_embedder, normalise_rows
 from engine.cache.records import mask_url
-from engine.cache.semantic_cache import DEFAULT_THRESHOLD, OUTCOMES, SemanticCache, make_scope
+from engine.cache.semantic_cache import OUTCOMES, SemanticCache, make_scope
 
 EVAL_SCOPE = make_scope("eval-target", "bf16", SamplingConfig(), "", [])
 PLACEHOLDER = "<cached answer>"
@@ -97,14 +97,14 @@ class TimedJudge:
             self.seconds.append(time.perf_counter() - t0)
 
 
-def evaluate_pairs(pairs: list[dict], embedder, threshold: float = DEFAULT_THRESHOLD, progress: bool = True,
+def evaluate_pairs(pairs: list[dict], embedder, threshold: float = DEFAULT_CACHE_THRESHOLD, progress: bool = True,
                    cache_url: str | None = None, judge=None) -> dict:
     rows = []
     embedder = MemoEmbedder(embedder, [p[k] for p in pairs for k in ("a", "b")])
     timed = TimedJudge(judge) if judge is not None else None
     with fresh_stores(cache_url) as make:
         for i, pair in enumerate(tqdm(pairs, desc="pairs", disable=not progress)):
-            cache = SemanticCache(make(str(i)), embedder, threshold=threshold, mode="direct")
+            cache = SemanticCache(make(str(i)), embedder, config=CacheConfig("direct", threshold))
             if cache.problem:
                 raise RuntimeError(f"cache store unavailable: {cache.problem}")
             cache.store(pair["a"], EVAL_SCOPE, PLACEHOLDER, [0], complete=True)
@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.cache.evaluate", description=__doc__.split("\n")[0])
     parser.add_argument("--pairs", help="JSONL file(s) of {a, b, same}, comma-separated")
     parser.add_argument("--json", help="write the full report here")
-    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
+    parser.add_argument("--threshold", type=float, default=DEFAULT_CACHE_THRESHOLD)
     parser.add_argument("--latency", action="store_true", help="measure lookup latency")
     parser.add_argument("--entries", type=whole_number_at_least(1), default=10_000, help="cache size for --latency")
     parser.add_argument("--exactness", action="store_true",

@@ -22,7 +22,7 @@ from engine.cache.embedder import HashEmbedder, normalise_rows
 from engine.cache.records import CacheRecord
 from engine.cache.search import SERVER_EF
 from engine.cache.semantic_cache import SemanticCache, entry_key, make_scope
-from engine.config import SamplingConfig
+from engine.config import CacheConfig, SamplingConfig
 
 DIM = 384
 SCOPE = make_scope("eval-target", "bf16", SamplingConfig(), "", [])  # as bench.cache.evaluate's
@@ -248,14 +248,14 @@ def measure_exactness(pairs: list[dict], embedder, cache_url: str, distractors: 
             fill(location, namespace_, SCOPE, distractors, progress=progress, build_ef=build_ef)
         else:
             _add_distractors(store, normalise_rows(embedder.encode([p["a"] for p in pairs])), distractors, progress)
-        writer = SemanticCache(store, embedder, mode="direct")
+        writer = SemanticCache(store, embedder, config=CacheConfig("direct"))
         for p in pairs:
             writer.store(p["a"], SCOPE, "<cached answer>", [0], complete=True)
-        exact = SemanticCache(store, embedder, mode="direct", search="memory")
+        exact = SemanticCache(store, embedder, config=CacheConfig("direct"), search="memory")
         want = [exact.lookup(p["b"], SCOPE, judge=memo_judge) for p in pairs]
         out["exact_outcomes"] = {o: sum(h.outcome == o for h in want) for o in ("exact", "cached", "verified", "miss")}
         for ef in efs:
-            server = SemanticCache(store, embedder, mode="direct", ef=ef)
+            server = SemanticCache(store, embedder, config=CacheConfig("direct"), ef=ef)
             got = [server.lookup(p["b"], SCOPE, judge=memo_judge) for p in pairs]
             same = sum((g.outcome, g.prompt) == (w.outcome, w.prompt) for g, w in zip(got, want))
             out["search"] = server.search

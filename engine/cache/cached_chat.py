@@ -36,8 +36,7 @@ def lookup(cache: SemanticCache | None, target: LoadedModel, messages: list[dict
         return (CacheHit("miss"), CacheEvent("off", reason="sampling without a seed: every answer is a fresh draw"),
                 None)
     scope = chat_scope(target, sampling, messages)
-    hit = cache.lookup(messages[-1]["content"], scope, config.mode, config.threshold, vocab_size=target.vocab_size,
-                       judge=judge)
+    hit = cache.lookup(messages[-1]["content"], scope, config, vocab_size=target.vocab_size, judge=judge)
     if judge_note and config.mode == "direct" and hit.outcome == "verified":
         hit = replace(hit, reason="; ".join(filter(None, (hit.reason, judge_note))))
     return hit, hit.to_event(), scope

@@ -28,8 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.config import DEFAULT_CACHE_THRESHOLD as DEFAULT_THRESHOLD
-from engine.config import CacheConfig
+from engine.config import DEFAULT_CACHE, CacheConfig
 from engine.cache.embedder import normalise_rows
 from engine.errors import InvalidSettingError
 from engine.events import CacheEvent
@@ -48,13 +47,6 @@ __all__ = ["OUTCOMES", "CacheHit", "SemanticCache", "entry_key", "make_scope", "
 log = logging.getLogger(__name__)
 
 OUTCOMES = ("exact", "verified", "cached", "miss")
-
-
-def _check_mode_and_threshold(mode: str, threshold: float) -> None:
-    """The rules live in engine/config.py (CacheConfig); a lookup itself is never "off"."""
-    CacheConfig(mode, threshold)
-    if mode == "off":
-        raise InvalidSettingError("a cache lookup needs mode 'verify' or 'direct'; 'off' skips the lookup")
 
 
 @dataclass(frozen=True)
@@ -78,20 +70,20 @@ class CacheHit:
 class SemanticCache:
     """Exact + semantic prompt cache over a store (local directory or Redis). See the module docstring."""
 
-    def __init__(self, store: Store | str | os.PathLike, embedder, *, threshold: float = DEFAULT_THRESHOLD,
-                 mode: str = "verify", size_limit_bytes: int = DEFAULT_SIZE_LIMIT, ttl_s: float | None = None,
-                 clock=time.time, secret: str | bytes | None = None, search: str = "auto", ef: int = SERVER_EF):
-        """``store``: a :class:`Store`, a ``redis://`` URL or a directory (:func:`open_store`). ``search``,
-        ``ef``: see :func:`engine.cache.search.index_for` ("memory" forces the exact in-memory scan).
+    def __init__(self, store: Store | str | os.PathLike, embedder, *, config: CacheConfig = DEFAULT_CACHE,
+                 size_limit_bytes: int = DEFAULT_SIZE_LIMIT, ttl_s: float | None = None, clock=time.time,
+                 secret: str | bytes | None = None, search: str = "auto", ef: int = SERVER_EF):
+        """``store``: a :class:`Store`, a ``redis://`` URL or a directory (:func:`open_store`). ``config``: the
+        mode and threshold of a lookup that names none (a CacheConfig checked its values when it was made).
+        ``search``, ``ef``: see :func:`engine.cache.search.index_for` ("memory" forces the exact in-memory scan).
         ``clock`` (unix seconds) dates entries and, besides the store's own expiry, decides their TTL on read;
         tests pass a fake one. ``secret`` (shared by every instance of the cache) signs each record and
         refuses those that do not check (engine/cache/trust.py)."""
-        _check_mode_and_threshold(mode, threshold)
         if size_limit_bytes <= 0 or (ttl_s is not None and ttl_s <= 0):
             raise InvalidSettingError("cache size limit and TTL must be positive")
         secret = check_secret(secret)
         check_search(search, ef)
-        self.threshold, self.mode, self.ttl_s, self._clock = float(threshold), mode, ttl_s, clock
+        self.config, self.ttl_s, self._clock = config, ttl_s, clock
         self._search, self._ef = search, ef
         self._store = store if isinstance(store, Store) else open_store(store, size_limit_bytes=size_limit_bytes)
         self.location = self._store.location
@@ -165,14 +157,17 @@ class SemanticCache:
         return True
 
     # ---- public API ---------------------------------------------------------------------------
-    def lookup(self, prompt: str, scope: str, mode: str | None = None, threshold: float | None = None,
-               vocab_size: int | None = None, judge=None) -> CacheHit:
-        """``mode`` and ``threshold`` override the cache's defaults for this one lookup. Entries whose token
-        ids fall outside ``vocab_size`` are skipped. ``judge(cached_prompt, prompt) -> bool`` may serve a
-        direct-mode hit that the lexical guards would send to verification (see engine/cache/judge.py)."""
-        mode, threshold = mode or self.mode, self.threshold if threshold is None else float(threshold)
-        _check_mode_and_threshold(mode, threshold)
-        hit = self._safely("lookup", lambda: self._lookup(prompt, scope, mode, threshold, vocab_size, judge), None)
+    def lookup(self, prompt: str, scope: str, config: CacheConfig | None = None, vocab_size: int | None = None,
+               judge=None) -> CacheHit:
+        """``config`` (the cache's own when None) sets this lookup's mode and threshold; mode "off" looks up
+        nothing (a miss). Entries whose token ids fall outside ``vocab_size`` are skipped.
+        ``judge(cached_prompt, prompt) -> bool`` may serve a direct-mode hit that the lexical guards would send to
+        verification (see engine/cache/judge.py)."""
+        config = config or self.config
+        if config.mode == "off":
+            return CacheHit("miss", reason="cache is off")
+        hit = self._safely("lookup", lambda: self._lookup(prompt, scope, config.mode, config.threshold, vocab_size,
+                                                          judge), None)
         if hit is None:
             hit = CacheHit("miss", reason=f"cache unavailable, answering without it: {self.problem}")
         with self._lock:

@@ -19,8 +19,9 @@ from engine.proposers.draft_model import DraftModelProposer
 from engine.proposers.hybrid import HybridProposer
 from engine.proposers.ngram import NgramProposer
 
-# Drafting one more token pays while P(all drafted so far are right) beats the draft/target cost ratio,
-# which is about 0.2-0.4 for a 3x smaller draft on CPU; below this the fast draft stops drafting early.
+# Drafting one more token pays while P(all drafted so far are right) beats the draft/target cost ratio; the
+# cut-off sits at the low end of that ratio for a draft a few times smaller than its target, and below it the fast
+# draft stops drafting early.
 CONFIDENCE_CUTOFF = 0.25
 
 # The fast draft's output head keeps the most frequent token ids (lowest BPE ranks) plus the prompt's.

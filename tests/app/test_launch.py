@@ -202,10 +202,22 @@ def test_a_bad_cache_url_or_namespace_ends_with_a_message(launch, tmp_path, url,
 
 
 # ---- secrets: from the environment or a file, so they stay out of the command line (ps shows it to everyone)
-@pytest.mark.parametrize("name, env", [("api_key", "SPECLENS_API_KEY"), ("cache_url", "SPECLENS_CACHE_URL")])
+SECRETS = [("api_key", "SPECLENS_API_KEY"), ("cache_url", "SPECLENS_CACHE_URL"),
+           ("cache_secret", "SPECLENS_CACHE_SECRET")]
+
+
+def test_every_secret_is_read_by_the_one_rule(launch):
+    """Each --NAME-file option is a secret's, and each secret (--NAME, --NAME-file, a variable) is read by
+    launch.secret, so the tests below hold for all of them: a secret read another way would be a second rule."""
+    assert list(launch.SECRETS.items()) == SECRETS
+    args = vars(launch.parse_args([]))
+    assert {name.removesuffix("_file") for name in args if name.endswith("_file")} == set(launch.SECRETS)
+
+
+@pytest.mark.parametrize("name, env", SECRETS)
 def test_secrets_come_from_a_file_or_the_environment(launch, monkeypatch, tmp_path, name, env):
     option = "--" + name.replace("_", "-")
-    secret = "redis://:hunter2@cache-host:6379/0" if name == "cache_url" else "s3cret key"
+    secret = "redis://:hunter2@cache-host:6379/0" if name == "cache_url" else "s3cret key, long enough"
     (tmp_path / "secret").write_text(secret + "\n")
     monkeypatch.delenv(env, raising=False)
     assert getattr(launch.parse_args([]), name) is None
@@ -216,14 +228,17 @@ def test_secrets_come_from_a_file_or_the_environment(launch, monkeypatch, tmp_pa
     assert getattr(launch.parse_args([option, "given"]), name) == "given"
 
 
-@pytest.mark.parametrize("problem", ["missing", "empty", "both"])
-def test_a_secret_file_that_cannot_be_used_ends_with_a_message(launch, tmp_path, capsys, problem):
-    path = tmp_path / "key"
-    if problem != "missing":
+@pytest.mark.parametrize("name", [name for name, _ in SECRETS])
+@pytest.mark.parametrize("problem", ["missing", "empty", "both", "not text"])
+def test_a_secret_file_that_cannot_be_used_ends_with_a_message(launch, tmp_path, capsys, problem, name):
+    option, path = "--" + name.replace("_", "-"), tmp_path / "key"
+    if problem == "not text":
+        path.write_bytes(b"\xff\xfe\x00 not utf-8")
+    elif problem != "missing":
         path.write_text("" if problem == "empty" else "k")
-    extra = ["--api-key", "k"] if problem == "both" else []
+    extra = [option, "k"] if problem == "both" else []
     with pytest.raises(SystemExit) as stop:
-        launch.parse_args(["--api-key-file", str(path), *extra])
+        launch.parse_args([f"{option}-file", str(path), *extra])
     assert stop.value.code == 2
     message = capsys.readouterr().err.splitlines()[-1]
-    assert message.startswith("launch.py: error: ") and "--api-key" in message, message
+    assert message.startswith("launch.py: error: ") and option in message, message

@@ -19,6 +19,7 @@ from engine.cache.disk_store import DiskStore
 from engine.cache.records import CacheRecord
 from engine.cache.semantic_cache import SemanticCache, entry_key
 from engine.cache.store import StoreUnavailable
+from engine.config import CacheConfig
 from tests.helpers.constants import SCOPE
 from tests.helpers.embedders import PrefixBlindEmbedder
 
@@ -88,11 +89,11 @@ def test_planted_file_rows_never_touch_anything_outside_the_cache(tmp_path, when
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if when == "while_open":
-            cache = SemanticCache(directory, PrefixBlindEmbedder(), mode="direct")
+            cache = SemanticCache(directory, PrefixBlindEmbedder(), config=CacheConfig("direct"))
             plant(directory, rows)
         else:
             plant(directory, rows)
-            cache = SemanticCache(directory, PrefixBlindEmbedder(), mode="direct")
+            cache = SemanticCache(directory, PrefixBlindEmbedder(), config=CacheConfig("direct"))
         for prompt in ("an unrelated prompt", "evil relative", "evil absolute", "evil link", "what is the secret"):
             assert cache.lookup(prompt, SCOPE).outcome == "miss"
         assert cache.lookup("honest question", SCOPE).answer == "honest answer"

@@ -54,8 +54,10 @@ def open_cache(where, secret=None, mode="verify"):
         from engine.cache.redis_store import RedisStore
 
         url, namespace = where.split("#")
-        return SemanticCache(RedisStore(url, namespace=namespace), PrefixBlindEmbedder(), mode=mode, secret=secret)
-    return SemanticCache(where, PrefixBlindEmbedder(), mode=mode, secret=secret)
+        return SemanticCache(RedisStore(url, namespace=namespace), PrefixBlindEmbedder(), config=CacheConfig(mode),
+                             secret=secret)
+    return SemanticCache(where, PrefixBlindEmbedder(), config=CacheConfig(mode),
+                             secret=secret)
 
 
 def engine_on(pair, cache) -> ChatEngine:
@@ -115,7 +117,7 @@ def test_a_planted_wrong_answer_under_an_exact_key(pair, request, tmp_path, capl
         assert event.outcome == "verified" and "disagrees with the cached answer at token 3" in event.reason
         assert [t.kind for t in tokens][2] == "corrected" and done.stats.acceptance.steps >= 1
         with open_cache(where) as reader:  # refuted inside its answer, nothing complete to replace it: gone
-            assert reader.lookup(PROMPT, event_scope(engine), mode="direct").outcome == "miss"
+            assert reader.lookup(PROMPT, event_scope(engine), CacheConfig("direct")).outcome == "miss"
 
 
 def event_scope(engine):
@@ -155,18 +157,20 @@ def test_a_short_secret_is_refused(tmp_path, secret):
         open_cache(tmp_path / "c", secret)
 
 
-def test_launch_takes_the_secret_from_the_environment_or_a_file_and_refuses_a_short_one(monkeypatch, tmp_path):
+def test_launch_takes_the_secret_from_the_environment_or_a_file_and_refuses_a_short_one(monkeypatch, tmp_path,
+                                                                                         capsys):
     import engine.cache.embedder
     import launch
     from engine.cache.embedder import HashEmbedder
 
     monkeypatch.setenv("SPECLENS_CACHE_SECRET", SECRET)
-    assert launch.cache_secret(launch.parse_args([])) == SECRET
+    assert launch.parse_args([]).cache_secret == SECRET
     (tmp_path / "secret").write_text("from a file, long enough\nsecond line\n")
-    assert launch.cache_secret(launch.parse_args(["--cache-secret-file", str(tmp_path / "secret")])) == \
+    assert launch.parse_args(["--cache-secret-file", str(tmp_path / "secret")]).cache_secret == \
         "from a file, long enough"
-    with pytest.raises(SystemExit, match="--cache-secret-file .*missing: cannot read it"):
-        launch.cache_secret(launch.parse_args(["--cache-secret-file", str(tmp_path / "missing")]))
+    with pytest.raises(SystemExit):
+        launch.parse_args(["--cache-secret-file", str(tmp_path / "missing")])
+    assert "--cache-secret-file " + str(tmp_path / "missing") in capsys.readouterr().err
     monkeypatch.setattr(engine.cache.embedder, "load_default_embedder", HashEmbedder)
     with pytest.raises(SystemExit, match="at least 16 bytes"):
         launch.open_semantic_cache(tmp_path, secret="short")

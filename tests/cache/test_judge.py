@@ -7,6 +7,7 @@ import torch
 from engine.cache.embedder import HashEmbedder
 from engine.cache.judge import yes_probability
 from engine.cache.semantic_cache import SemanticCache
+from engine.config import CacheConfig
 from tests.helpers.constants import SCOPE, SMOL
 
 
@@ -36,7 +37,7 @@ SWAPPED = ("Is Java faster than Python?", "Is Python faster than Java?")
 
 
 def _cache(tmp_path, *pairs):
-    cache = SemanticCache(tmp_path / "c", AliasEmbedder({b: a for a, b in pairs}), mode="direct")
+    cache = SemanticCache(tmp_path / "c", AliasEmbedder({b: a for a, b in pairs}), config=CacheConfig("direct"))
     for a, _ in pairs:
         cache.store(a, SCOPE, "answer", [1], complete=True)
     return cache
@@ -70,7 +71,7 @@ def test_the_judge_never_overrules_numbers_negation_or_order(tmp_path, pair):
 def test_verify_mode_never_asks_the_judge(tmp_path):
     cache = _cache(tmp_path, SYNONYMS)
     yes = RecordingJudge(True)
-    assert cache.lookup(SYNONYMS[1], SCOPE, mode="verify", judge=yes).outcome == "verified" and yes.calls == []
+    assert cache.lookup(SYNONYMS[1], SCOPE, CacheConfig("verify"), judge=yes).outcome == "verified" and yes.calls == []
 
 
 @pytest.mark.real
@@ -104,7 +105,7 @@ def test_direct_mode_without_a_calibrated_judge_says_why_a_near_hit_is_verified(
     from engine.config import CacheConfig, SamplingConfig
 
     target = SimpleNamespace(name="qwen2.5-coder-1.5b-instruct", precision="nf4", vocab_size=100)
-    cache = SemanticCache(tmp_path / "c", AliasEmbedder({SYNONYMS[1]: SYNONYMS[0]}), mode="direct")
+    cache = SemanticCache(tmp_path / "c", AliasEmbedder({SYNONYMS[1]: SYNONYMS[0]}), config=CacheConfig("direct"))
     sampling = SamplingConfig()
     scope = chat_scope(target, sampling, [{"role": "user", "content": SYNONYMS[0]}])
     cache.store(SYNONYMS[0], scope, "answer", [1], complete=True)

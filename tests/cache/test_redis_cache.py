@@ -8,6 +8,7 @@ import pytest
 from engine.cache.records import CacheRecord
 from engine.cache.redis_store import RedisStore
 from engine.cache.semantic_cache import SemanticCache, entry_key
+from engine.config import CacheConfig
 from tests.helpers.redis_server import RedisServer, wait_until
 from tests.helpers.constants import SCOPE
 from tests.helpers.embedders import PrefixBlindEmbedder
@@ -27,7 +28,7 @@ SECRET = "a secret shared by the instances"
 
 
 def _cache(url, namespace, mode="verify", secret=None, **store_kwargs):
-    return SemanticCache(RedisStore(url, namespace=namespace, **store_kwargs), PrefixBlindEmbedder(), mode=mode,
+    return SemanticCache(RedisStore(url, namespace=namespace, **store_kwargs), PrefixBlindEmbedder(), config=CacheConfig(mode),
                          secret=secret)
 
 

@@ -7,6 +7,7 @@ import pytest
 from engine.cache.disk_store import DiskStore
 from engine.cache.redis_store import RedisStore
 from engine.cache.semantic_cache import SemanticCache, entry_key
+from engine.config import CacheConfig
 from tests.helpers.redis_server import wait_until
 from tests.helpers.constants import SCOPE
 from tests.helpers.embedders import PrefixBlindEmbedder
@@ -149,8 +150,8 @@ def test_server_search_gives_the_outcomes_and_similarities_of_the_exact_search(r
         table[f"between {j}"] = mid / np.linalg.norm(mid)
         queries.append(f"between {j}")
     embedder = TableEmbedder(table)
-    exact = SemanticCache(DiskStore(tmp_path / "exact"), embedder, mode="direct")
-    server = SemanticCache(RedisStore(redis_server.url, namespace="exactness"), embedder, mode="direct")
+    exact = SemanticCache(DiskStore(tmp_path / "exact"), embedder, config=CacheConfig("direct"))
+    server = SemanticCache(RedisStore(redis_server.url, namespace="exactness"), embedder, config=CacheConfig("direct"))
     for i in range(n):
         for cache in (exact, server):
             _store(cache, f"entry {i}")

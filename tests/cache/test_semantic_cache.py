@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.config import SamplingConfig
+from engine.config import CacheConfig, SamplingConfig
 from engine.cache.embedder import HashEmbedder, load_default_embedder
 from engine.errors import InvalidSettingError
 from engine.cache.semantic_cache import CacheHit, SemanticCache, entry_key, make_scope, normalise_prompt
@@ -48,7 +48,7 @@ def test_make_scope_is_stable_and_covers_what_shapes_the_answer():
 
 
 def test_lookup_never_crosses_scopes(tmp_path):
-    cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder(), mode="direct")
+    cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder(), config=CacheConfig("direct"))
     _store(cache, "What is the capital of France?")
     others = [make_scope("llama-3b", "bf16", SamplingConfig(), "You are helpful.", []),
               make_scope("qwen-1.5b", "bf16", SamplingConfig(temperature=0.8), "You are helpful.", []),
@@ -67,7 +67,7 @@ def test_exact_hit_ignores_case_whitespace_and_trailing_punctuation(tmp_path):
     cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder())
     assert _store(cache, "How do I reverse a list in Python?", answer="xs[::-1]")
     assert normalise_prompt("  how do I   reverse a LIST in python ?!") == "how do i reverse a list in python"
-    hit = cache.lookup("  how do I   reverse a LIST in python ?!", SCOPE, mode="direct")
+    hit = cache.lookup("  how do I   reverse a LIST in python ?!", SCOPE, CacheConfig("direct"))
     assert hit == CacheHit("exact", entry_key(SCOPE, "How do I reverse a list in Python?"),
                            "How do I reverse a list in Python?", "xs[::-1]", (1, 2, 3), 1.0, "")
     assert hit.to_event().outcome == "exact"
@@ -77,17 +77,17 @@ def test_exact_hit_ignores_case_whitespace_and_trailing_punctuation(tmp_path):
 
 @pytest.mark.real
 def test_verify_mode_sends_every_semantic_hit_to_verification(tmp_path, minilm):
-    cache = SemanticCache(tmp_path / "c", minilm)  # mode="verify" by default
+    cache = SemanticCache(tmp_path / "c", minilm)  # mode "verify" by default
     _store(cache, "How do I reverse a list in Python?")
     for prompt in ("What's the way to reverse a Python list?", "How do I reverse a string in Python?"):
         hit = cache.lookup(prompt, SCOPE)
-        assert hit.outcome == "verified" and hit.similarity >= cache.threshold and hit.answer == "an answer"
+        assert hit.outcome == "verified" and hit.similarity >= cache.config.threshold and hit.answer == "an answer"
     assert cache.lookup("What is the tallest building in Asia?", SCOPE).outcome == "miss"
 
 
 @pytest.mark.real
 def test_direct_mode_serves_only_hits_that_pass_the_guards(tmp_path, minilm):
-    cache = SemanticCache(tmp_path / "c", minilm, mode="direct")
+    cache = SemanticCache(tmp_path / "c", minilm, config=CacheConfig("direct"))
     _store(cache, "Convert 100 Celsius to Fahrenheit.")
     served = cache.lookup("What is 100 degrees Celsius in Fahrenheit?", SCOPE)
     assert served.outcome == "cached" and served.reason == ""
@@ -116,7 +116,7 @@ def test_entries_survive_reopening(tmp_path):
 
 
 def test_delete_clear_entries_and_stats(tmp_path):
-    cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder(), mode="direct")
+    cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder(), config=CacheConfig("direct"))
     for i in range(3):
         _store(cache, f"question {i}", answer=f"answer {i}")
     listed = cache.entries(limit=2)
@@ -233,9 +233,20 @@ def test_lookup_over_10000_entries(tmp_path):
     assert reopened.lookup("please entry 7", SCOPE).answer == "answer 7"
 
 
+def test_a_lookup_takes_its_settings_from_the_request_else_the_cache(tmp_path):
+    cache = SemanticCache(tmp_path / "c", PrefixBlindEmbedder(), config=CacheConfig("direct", 0.9))
+    assert _store(cache, "What is a monad?")
+    assert cache.lookup("please What is a monad?", SCOPE).outcome == "cached"  # the cache's own: direct
+    assert cache.lookup("please What is a monad?", SCOPE, CacheConfig("verify")).outcome == "verified"
+    off = cache.lookup("What is a monad?", SCOPE, CacheConfig("off"))
+    assert off.outcome == "miss" and off.reason == "cache is off"  # "off" looks nothing up, even an exact match
+
+
 def test_invalid_settings_are_rejected(tmp_path):
-    bad = (dict(mode="yolo"), dict(threshold=0.0), dict(threshold=1.5), dict(ttl_s=0), dict(size_limit_bytes=0))
-    for kwargs in bad:
+    for settings in (dict(mode="yolo"), dict(threshold=0.0), dict(threshold=1.5)):
+        with pytest.raises(InvalidSettingError):  # where a mode and threshold are made: the cache never sees them
+            SemanticCache(tmp_path / "c", HashEmbedder(8), config=CacheConfig(**settings))
+    for kwargs in (dict(ttl_s=0), dict(size_limit_bytes=0)):
         with pytest.raises(InvalidSettingError):
             SemanticCache(tmp_path / "c", HashEmbedder(8), **kwargs)
     assert np.allclose(np.linalg.norm(HashEmbedder(8).encode(["a", "b"]), axis=1), 1.0)

@@ -9,24 +9,20 @@ decode. llama-cpp-python's low-level API (ctypes) is the model's (engine/backend
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from engine.backends.contract import PrefixReuse
 
-if TYPE_CHECKING:
-    from engine.backends.llama_cpp import GgufModel
-
 
 class LlamaCppRunner(PrefixReuse):
-    """One llama.cpp context (its own KV cache) of a loaded GGUF model, which it keeps alive: the model frees its
-    contexts with itself. The logits are host memory (``logits_device`` ``"cpu"``), finished when ``forward``
-    returns."""
+    """One llama.cpp context (its own KV cache) of ``model``, a loaded GGUF file (engine/backends/llama_cpp.py's
+    GgufModel, which made it), kept alive by the runner: the model frees its contexts with itself. The logits are
+    host memory (``logits_device`` ``"cpu"``), finished when ``forward`` returns."""
     logits_device = "cpu"
 
-    def __init__(self, model: GgufModel, ctx, batch, vocab_size: int, tokens: list[int] | None = None):
+    def __init__(self, model, ctx, batch, vocab_size: int, tokens: list[int] | None = None):
         self.model, self.lib, self.ctx, self.batch = model, model.lib, ctx, batch
         self.n_ctx, self.n_vocab = model.n_ctx, model.n_vocab  # positions a context holds, the model's output rows
         self.vocab_size = vocab_size  # the tokenizer's vocabulary: the logits' columns

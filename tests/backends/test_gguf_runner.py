@@ -1,6 +1,7 @@
-"""The llama.cpp runner (precision gguf, engine/backends/llama_cpp.py) under our loop, on real GGUF files: the runner
-contract and its invariants, the same ids as the HF tokenizer, speculation within ties of target-only decoding,
-what auto picks, what is refused, and a follow-up turn that prefills only what is new."""
+"""The llama.cpp runner (precision gguf, engine/backends/llama_cpp.py) under our loop, on real GGUF files: the same
+ids as the HF tokenizer, speculation within ties of target-only decoding, what auto picks, what is refused, and a
+follow-up turn that prefills only what is new. The runner contract and its invariants are checked on every backend
+in tests/backends/test_runner_contract.py."""
 from __future__ import annotations
 
 import json
@@ -9,9 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.config import PROPOSER_NAMES, SamplingConfig, SpecConfig
+from engine.config import SamplingConfig, SpecConfig
 from engine.backends.llama_cpp_runner import LlamaCppRunner
-from engine.backends.contract import common_prefix
 from engine.decode.stream import TokenStream
 from engine.divergence import first_divergence
 from engine.errors import InvalidSettingError
@@ -20,7 +20,7 @@ from engine.models.auto import plan_precisions
 from engine.models.loading import gguf_runnable, load_model, runner_for
 from engine.models.prompt import template_ids
 from engine.proposers import PROPOSERS
-from engine.costs.kpolicy import AdaptiveK, FixedK
+from engine.costs.kpolicy import FixedK
 from engine.decode.speculative import speculative_generate
 from engine.decode.reference import reference_generate
 from tests.helpers.constants import QWEN, SMOL
@@ -47,47 +47,22 @@ def _stream(loaded, n: int) -> TokenStream:
 
 
 def test_a_gguf_model_loads_as_a_llama_cpp_runner(smol):
+    """What the runner does is the contract's (tests/backends/test_runner_contract.py runs it on both backends)."""
     runner = runner_for(smol)
     assert isinstance(runner, LlamaCppRunner) and smol.precision == "gguf" and smol.device.type == "cpu"
+    assert smol.backend.kind == "llama.cpp" and smol.model is None  # no transformers model: the weights are llama.cpp's
+    assert smol.config.vocab_size >= smol.vocab_size  # the sizes, from the converted model's config
+
+
+def test_a_forward_longer_than_the_context_is_refused_before_llama_cpp_sees_it(smol):
+    """A context's batch holds the whole context: a forward past it would overrun the batch, so it is refused
+    first, with the sizes, and the runner keeps what it held."""
+    runner = runner_for(smol)
     runner.reset()
-    ids = _chat(smol, PROMPTS[0])
-    last = runner.forward(ids, n_logits=1)
-    assert last.shape == (1, smol.vocab_size) and last.dtype == torch.float32
-    assert runner.cache_len() == len(runner.tokens) == len(ids)
-    rows = runner.forward([int(last.argmax()), 11, 12], n_logits=3)  # logits only for the rows asked for
-    assert rows.shape == (3, smol.vocab_size)
-    runner.rollback(len(ids) + 1)
-    assert runner.cache_len() == len(runner.tokens) == len(ids) + 1
-    again = runner.forward([11], n_logits=1)  # after a rollback the cache continues from the kept prefix
-    assert torch.allclose(again[0], rows[1], atol=1e-3)
-
-
-@pytest.mark.parametrize("name", PROPOSER_NAMES)
-@pytest.mark.parametrize("adaptive", [False, True])
-def test_the_cache_holds_exactly_the_consumed_tokens_after_every_step(smol, name, adaptive):
-    """llama.cpp's own count of cached positions, after every step: the context but its last token for the
-    target, and the context plus at most k - 1 drafted tokens for the draft."""
-    target, made = runner_for(smol), []
-
-    def make_draft():
-        made.append(runner_for(smol))
-        made[-1].reset()
-        return made[-1]
-    target.reset()
-    prompt, emitted, k_max = _chat(smol, PROMPTS[2]), [], 6
-    policy = AdaptiveK(k_init=3, k_max=k_max) if adaptive else FixedK(k_max)
-    sampling = SamplingConfig(max_new_tokens=40, stop_on_eos=False)
-    for event in speculative_generate(target, PROPOSERS[name](make_draft), prompt, _stream(smol, 40), sampling,
-                                      k_policy=policy):
-        emitted += [event.token_id] if event.type == "token" else []
-        if event.type == "stats":
-            context = prompt + emitted
-            assert target.cache_len() == len(target.tokens) == len(context) - 1
-            assert target.tokens == context[:-1]
-            for runner in made:
-                assert runner.cache_len() == len(runner.tokens)
-                assert len(runner.tokens) - common_prefix(runner.tokens, context) <= k_max - 1
-    assert len(emitted) == 40
+    runner.forward([11, 12], n_logits=1)
+    with pytest.raises(ValueError, match=f"does not fit the {runner.n_ctx}-token context"):
+        runner.forward([13] * (runner.n_ctx - 1), n_logits=1)
+    assert runner.cache_len() == len(runner.tokens) == 2
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)

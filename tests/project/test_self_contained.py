@@ -2,7 +2,7 @@
 commands and its docs' commands. A file that names the ``shared`` folder beside the repository (a relative path
 up one level), or a ``Path(__file__)`` that climbs above the repository root, is reported.
 
-.ci/ is left out: CI may set up what lies around a clone. README.md is left out while it is rewritten."""
+.ci/ is left out: CI may set up what lies around a clone."""
 from __future__ import annotations
 
 import re
@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-OUTSIDE_CHECK = (".ci/", "README.md")
+OUTSIDE_CHECK = (".ci/",)
 SHARED = ".." + "/shared"  # spelled in two parts, so that this file does not name it
 BESIDE = re.compile(re.escape(SHARED))
 CLIMB = re.compile(r"Path\(__file__\)\.resolve\(\)\.parents\[(\d+)\]")
@@ -49,8 +49,10 @@ def test_the_check_sees_a_file_reading_beside_or_above_the_repo(tmp_path):
     (tmp_path / "tests" / "t.py").write_text(
         'ROOT = Path(__file__).resolve().parents[1]\nEVAL = Path(__file__).resolve().parents[2] / "shared"\n')
     (tmp_path / "docs.md").write_text(f"run `bench --prompts {SHARED}/eval/prompts.jsonl`\n")
-    (tmp_path / "README.md").write_text(f"{SHARED} is named here and left out\n")
-    assert reads_outside(tmp_path) == ["docs.md:1", "tests/t.py:2"]
+    (tmp_path / "README.md").write_text(f"{SHARED} is named here too\n")
+    (tmp_path / ".ci").mkdir()
+    (tmp_path / ".ci" / "run").write_text(f"cp {SHARED}/x .\n")  # CI may read beside the clone
+    assert reads_outside(tmp_path) == ["README.md:1", "docs.md:1", "tests/t.py:2"]
 
 
 def test_nothing_in_the_repo_reads_outside_it():

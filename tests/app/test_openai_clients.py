@@ -129,8 +129,10 @@ def test_langchain_chat_openai_gets_logprobs_streamed_and_not(server):
     assert streamed.content == whole.content
     assert streamed.usage_metadata["output_tokens"] == whole.usage_metadata["output_tokens"]  # the usage chunk
     streamed_content = streamed.response_metadata["logprobs"]["content"]
-    assert [(e["token"], e["kind"], e["bytes"]) for e in streamed_content] == \
-        [(e["token"], e["kind"], e["bytes"]) for e in content]
+    # The same tokens, bytes and logprobs; not the same kinds: which tokens a draft proposed depends on the
+    # adaptive k, which prices drafts on this machine's measured step costs, so two runs may split differently.
+    assert [(e["token"], e["bytes"]) for e in streamed_content] == [(e["token"], e["bytes"]) for e in content]
+    assert {e["kind"] for e in streamed_content} <= {"accepted", "corrected", "bonus", "target"}
     assert [e["logprob"] for e in streamed_content] == pytest.approx([e["logprob"] for e in content], abs=TOL)
 
 

@@ -3,7 +3,9 @@ Redis, never reaches the user unchecked. In verify mode the target checks an exa
 ``cached`` only when it accepts every token, otherwise corrected (and the entry dropped or replaced). Direct
 mode serves exact hits as they are only from a store it trusts: the user's own directory, or any store whose
 records carry a valid HMAC under the secret the instances share; other records are refused with a warning.
-Tiny random models: the target's own answer is the reference, whatever it is."""
+Tiny random models: the target's own answer is the reference, whatever it is. Their step costs are fixed
+(``LAB_COSTS``) rather than timed at load: a cached answer is a free draft priced on those costs, and a tiny model
+timed on a busy machine can price it down to a couple of tokens a step, which moves the correction elsewhere."""
 import hashlib
 import logging
 
@@ -16,6 +18,7 @@ from engine.chat_engine import ChatEngine
 from engine.config import CacheConfig, SamplingConfig, SpecConfig
 from engine.errors import InvalidSettingError
 from engine.events import final_done
+from tests.helpers.fakes import LAB_COSTS
 from tests.helpers.tiny import tiny_pair
 from tests.helpers.embedders import PrefixBlindEmbedder
 
@@ -28,6 +31,11 @@ PROMPT = "what does the tiny model say?"
 @pytest.fixture(scope="module")
 def pair():
     return tiny_pair(0)
+
+
+@pytest.fixture(autouse=True)
+def fixed_step_costs(monkeypatch):
+    monkeypatch.setattr("engine.serve.pair_slot.measure_step_costs", lambda target, draft: LAB_COSTS)
 
 
 @pytest.fixture(scope="module")

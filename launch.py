@@ -118,7 +118,7 @@ def open_semantic_cache(cache_dir: Path, cache_url: str | None = None, namespace
     A read-only directory is served read-only, with a note. A Redis that is down is not an error: the cache
     warns and reconnects later. A bad URL, namespace or secret ends the program with a message; any other
     error is a bug and propagates."""
-    from engine.cache.backends import StoreUnavailable, is_url, open_store
+    from engine.cache.stores import StoreUnavailable, is_url, open_store
     from engine.cache.embedder import load_default_embedder
     from engine.cache.records import mask_url
     from engine.cache.semantic_cache import SemanticCache
@@ -171,7 +171,7 @@ def load_engine(args: argparse.Namespace, cache_dir: Path):
     print(f"[speclens] loaded {info.target} ({info.target_precision}) + {info.draft} ({info.draft_precision}) "
           f"on {info.device} in {time.perf_counter() - start:.1f} s", flush=True)
     print(f"[speclens] precision: {info.precision_note}; {info.runner}", flush=True)
-    print(f"[speclens] identity: {info.identity}", flush=True)
+    print(f"[speclens] identity: {info.identity_note}", flush=True)
     return engine
 
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from engine.costs.costmodel import StepCosts
 from engine.costs.kpolicy import StepRecord
 
-TOKEN_KINDS = ("accepted", "corrected", "bonus", "target", "cached")
+TOKEN_KINDS = ("accepted", "corrected", "bonus", "plain", "cached")
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ class PairInfo:
     # loop's verify widths equal to the same token fed alone (engine/decode/identity.py); False: identical up to
     # rounding ties, or not measured
     bit_identical: bool = False
-    identity: str = ""  # that measurement in words: "verified bit-identical on this machine: 106/106 rows (...)"
+    identity_note: str = ""  # that measurement in words: "verified bit-identical on this machine: 106/106 rows (...)"
     identity_drift_steps: float = 0.0  # the largest drift it found, in rounding steps of the top logit
     runner: str = ""  # what runs the models: "torch, speclens-row-exact attention" or "llama.cpp 2 threads, ..."
 

@@ -194,17 +194,17 @@ def _choice_logprobs(entries: list[dict] | None) -> dict | None:
 
 
 def completion_body(cid: str, model: str, text: str, finish_reason: str, released: Piece, use: dict,
-                    cache: dict | None, identity: dict | None = None) -> dict:
-    """The whole answer (``released``: all its tokens' entries); ``identity``: the pair's load-time check."""
+                    cache: dict | None, x_identity: dict | None = None) -> dict:
+    """The whole answer (``released``: all its tokens' entries); ``x_identity``: the pair's load-time check."""
     return {"id": cid, "object": "chat.completion", "created": int(time.time()), "model": model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                          "finish_reason": finish_reason, "logprobs": _choice_logprobs(released.logprobs),
                          "speculation": released.speculation}],
-            "usage": use, "x_cache": cache, "x_identity": identity}
+            "usage": use, "x_cache": cache, "x_identity": x_identity}
 
 
 def chunk_body(cid: str, model: str, delta: dict, released: Piece | None = None, finish_reason: str | None = None,
-               cache: dict | None = None, null_usage: bool = False, identity: dict | None = None) -> dict:
+               cache: dict | None = None, null_usage: bool = False, x_identity: dict | None = None) -> dict:
     """One chat.completion.chunk with one choice; a chunk that releases no tokens has ``logprobs`` null. With
     ``null_usage`` (the request's include_usage) it has ``usage`` null: only the last chunk (``usage_chunk``) has it."""
     released = released or Piece()
@@ -216,8 +216,8 @@ def chunk_body(cid: str, model: str, delta: dict, released: Piece | None = None,
         body["usage"] = None
     if cache is not None:
         body["x_cache"] = cache
-    if identity is not None:
-        body["x_identity"] = identity
+    if x_identity is not None:
+        body["x_identity"] = x_identity
     return body
 
 

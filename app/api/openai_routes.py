@@ -52,11 +52,11 @@ def _model(ctx: AppContext) -> str:
     return pair.target if pair else "speclens"
 
 
-def identity(ctx: AppContext) -> dict | None:
+def x_identity(ctx: AppContext) -> dict | None:
     """The pair's identity check, measured at load (``x_identity``): is greedy speculation bit-for-bit the
     target's output on this machine, and what the check found."""
     pair = ctx.pair()
-    return None if pair is None else {"bit_identical": pair.bit_identical, "check": pair.identity}
+    return None if pair is None else {"bit_identical": pair.bit_identical, "check": pair.identity_note}
 
 
 def released(answer: Answer, events: Iterator, cancel: threading.Event) -> Iterator[Piece]:
@@ -79,7 +79,7 @@ def run_completion(ctx: AppContext, req: ChatCompletionRequest, cancel: threadin
         log.warning("the client left before its answer was complete: stopped after %d tokens",
                     len(answer.done.token_ids))
     return completion_body(new_id(), _model(ctx), answer.text, answer.finish_reason(), whole, answer.usage(),
-                           answer.cache, identity(ctx))
+                           answer.cache, x_identity(ctx))
 
 
 async def while_connected(request: Request, cancel: threading.Event, work, *args):
@@ -110,7 +110,7 @@ def sse_chunks(answer: Answer, first, events: Iterator, cancel: threading.Event,
         return _sse(chunk_body(cid, model, delta, piece, null_usage=include_usage, **kw))
 
     yield chunk({"role": "assistant", "content": ""}, cache=first.to_dict() if first.type == "cache" else None,
-                identity=checked)
+                x_identity=checked)
     try:
         for piece in released(answer, chain([first], events), cancel):
             yield chunk({"content": piece.text}, piece)
@@ -140,7 +140,7 @@ async def stream_completion(ctx: AppContext, req: ChatCompletionRequest):
     cancel = threading.Event()
     answer, first, events = await run_in_threadpool(_start, ctx, req, cancel)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    chunks = sse_chunks(answer, first, events, cancel, new_id(), _model(ctx), include_usage, identity(ctx))
+    chunks = sse_chunks(answer, first, events, cancel, new_id(), _model(ctx), include_usage, x_identity(ctx))
 
     async def body():
         try:
@@ -166,7 +166,7 @@ def add_openai_routes(app: FastAPI, ctx: AppContext, api_key: str | None = None)
         return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "speclens",
                                             "x_role": role, "x_precision": prec, "x_runner": pair.runner,
                                             "x_precision_note": pair.precision_note,
-                                            **({"x_identity": identity(ctx)} if role == "target" else {})}
+                                            **({"x_identity": x_identity(ctx)} if role == "target" else {})}
                                            for role, name, prec in roles]}
 
     @app.post("/v1/chat/completions")

@@ -60,8 +60,8 @@ def pair_status_html(pair: PairInfo | None, baseline: dict | None = None, note: 
             body += f' · target-only {baseline["tokens_per_s"]:.1f} tok/s'
         if pair.precision_note:
             body += f'<div class="precision-note">{esc(pair.precision_note)}</div>'
-        if pair.identity:
-            body += f'<div class="identity-note">{esc(pair.identity)}</div>'
+        if pair.identity_note:
+            body += f'<div class="identity-note">{esc(pair.identity_note)}</div>'
     extra = f'<div class="pair-note">{esc(note)}</div>' if note else ""
     return f'<div class="pair-status">{body}{extra}</div>'
 

@@ -89,10 +89,10 @@ def _pump(events, turn: Turn, out):
 
 
 def race_summary(ref: Turn, spec: Turn, greedy: bool, divergence=None, bit_identical: bool = False,
-                 identity: str = "") -> str:
+                 identity_note: str = "") -> str:
     """Speeds, speedup and the identity check; a divergence (engine.divergence.Divergence) is explained.
     ``bit_identical``: the load-time check found every verify row equal to the token fed alone on this machine
-    (``identity`` says so in words), so greedy identity is a measured fact, not a matter of ties."""
+    (``identity_note`` says so in words), so greedy identity is a measured fact, not a matter of ties."""
     if ref.done is None or spec.done is None or "cancelled" in (ref.finish_reason, spec.finish_reason):
         return '<div class="race-summary">Race stopped before both runs finished.</div>'
     r, p = ref.done.stats, spec.done.stats
@@ -102,10 +102,10 @@ def race_summary(ref: Turn, spec: Turn, greedy: bool, divergence=None, bit_ident
                  "distribution, not expected to be identical</span>")
     elif ref.done.token_ids == spec.done.token_ids and bit_identical:
         check = (f'<span class="race-ok">✓ bit-identical ({len(ref.done.token_ids)} tokens): the target computes '
-                 f"each token the same alone or inside a verify ({esc(identity or 'measured at load')})</span>")
+                 f"each token the same alone or inside a verify ({esc(identity_note or 'measured at load')})</span>")
     elif ref.done.token_ids == spec.done.token_ids:
         check = (f'<span class="race-ok">✓ identical token ids ({len(ref.done.token_ids)} tokens; this pair is '
-                 f"{esc(identity or 'identical up to rounding ties')})</span>")
+                 f"{esc(identity_note or 'identical up to rounding ties')})</span>")
     else:
         first = next((i for i, (a, b) in enumerate(zip(ref.done.token_ids, spec.done.token_ids)) if a != b),
                      min(len(ref.done.token_ids), len(spec.done.token_ids)))
@@ -168,7 +168,7 @@ def _race(ctx: AppContext, tab: RaceTab, prompt: str, s: UISettings, flag):
     divergence = _explain(ctx, messages, sampling, ref, spec)
     pair = ctx.pair()
     yield {tab.summary: race_summary(ref, spec, sampling.greedy, divergence, bool(pair and pair.bit_identical),
-                                     pair.identity if pair else ""),
+                                     pair.identity_note if pair else ""),
            # any divergence can be re-run in fp32: a tie settles there; one where the check found no ties is a bug
            tab.prove: gr.update(visible=divergence is not None),
            tab.trace: race_trace(ref, spec, messages, pair, s, divergence)}

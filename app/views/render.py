@@ -13,7 +13,7 @@ KIND_HELP = {
     "accepted": "draft token the target kept",
     "corrected": "the target's token where it rejected the draft",
     "bonus": "free extra target token after a fully accepted draft",
-    "target": "target-only step (no draft)",
+    "plain": "the target's own step (nothing drafted)",
     "cached": "served from the semantic cache",
 }
 REJECTED_HELP = "draft token the target threw away"

@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from bench.cli import arguments_checked, read_jsonl, whole_number_at_least
 from engine.config import DEFAULT_CACHE_THRESHOLD, CacheConfig, SamplingConfig
-from engine.cache.backends import StoreUnavailable, is_url, open_store
+from engine.cache.stores import StoreUnavailable, is_url, open_store
 from bench.cache.scale import format_exactness, format_latency, measure_exactness, measure_latency
 from engine.cache.embedder import load_default_embedder, normalise_rows
 from engine.cache.records import mask_url

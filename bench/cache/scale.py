@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import numpy as np
 from tqdm import tqdm
 
-from engine.cache.backends import open_store
+from engine.cache.stores import open_store
 from engine.cache.embedder import HashEmbedder, normalise_rows
 from engine.cache.records import CacheRecord
 from engine.cache.search import SERVER_EF

@@ -20,7 +20,7 @@ import statistics
 from tqdm.auto import tqdm
 
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
-from engine.models.calibrate import forward_costs
+from engine.models.load_checks import forward_costs
 from engine.costs.costmodel import fit_line
 from engine.models.devices import half_precision
 from engine.models.hardware import detect_machine

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from bench.cli import arguments_checked
 from engine.config import check_precision
 from engine.decode.identity import LONG_POSITION, SHORT_POSITION, measure_identity
-from engine.models.calibrate import IDENTITY_PROMPT
+from engine.models.load_checks import IDENTITY_PROMPT
 from engine.models.catalog import DEFAULT_TARGET
 from engine.models.sources import gguf_file
 from engine.models.loading import check_source, load_model, load_tokenizer, quiet_library_logs, runner_for

@@ -197,13 +197,13 @@ def read_prompts(path: str, prompt_set: str | None) -> list[dict]:
 
 
 def print_pair(info) -> None:
-    """The bench header: the pair, why these precisions, the identity check measured at load, the calibration."""
+    """The bench header: the pair, why these precisions, the identity check measured at load, the step costs measured at load."""
     print(f"target {info.target} ({info.target_precision}), draft {info.draft} ({info.draft_precision}), {info.device}, "
           f"{info.runner}")
     print(f"precision: {info.precision_note}")
-    print(f"identity: {info.identity}")
+    print(f"identity: {info.identity_note}")
     costs = info.costs
-    print(f"calibrated: verify {costs.verify_fixed_s * 1e3:.0f} + {costs.verify_per_token_s * 1e3:.1f}*n ms, "
+    print(f"step costs at load: verify {costs.verify_fixed_s * 1e3:.0f} + {costs.verify_per_token_s * 1e3:.1f}*n ms, "
           f"draft {costs.draft_per_token_s * 1e3:.1f} ms/token", flush=True)
 
 
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
         result = run_bench(engine, prompts, modes, spec, args.max_new_tokens, runners, args.temperature, args.seed)
     result["header"] = {"precision": info.precision_note, "target": info.target, "draft": info.draft,
                         "target_precision": info.target_precision, "draft_precision": info.draft_precision,
-                        "bit_identical": info.bit_identical, "identity": info.identity, "runner": info.runner}
+                        "bit_identical": info.bit_identical, "identity_note": info.identity_note, "runner": info.runner}
     if args.json:  # first: a long run's data must survive whatever comes after
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -26,7 +26,7 @@ def synthetic_tokens(n_tokens: int) -> list[TokenEvent]:
     tokens, pos, i = [], 0, 0
     while len(tokens) < n_tokens:
         size = 1 + (i * 7) % 6
-        kind = TOKEN_KINDS[(i * 5) % 4]  # accepted, corrected, bonus, target
+        kind = TOKEN_KINDS[(i * 5) % 4]  # accepted, corrected, bonus, plain
         tokens.append(TokenEvent(token_id=i, text=text[pos:pos + size], kind=kind, step=i // 4, t=0.0,
                                  p_target=0.9, q_draft=0.5, rejected_text="x" if kind == "corrected" else None))
         pos, i = pos + size, i + 1

@@ -1,4 +1,4 @@
-"""The runner contract: what the decoders, the step clock, the identity check, calibration and the proposers may ask
+"""The runner contract: what the decoders, the step clock, the identity check, the step-cost measurement and the proposers may ask
 of a model and its KV cache, whichever runtime runs it (torch: engine/backends/torch_runner.py; llama.cpp:
 engine/backends/llama_cpp.py and engine/backends/llama_cpp_runner.py). Nothing above this layer asks which one.
 

@@ -32,7 +32,7 @@ from engine.config import DEFAULT_CACHE, CacheConfig
 from engine.cache.embedder import normalise_rows
 from engine.errors import InvalidSettingError
 from engine.events import CacheEvent
-from engine.cache.backends import open_store
+from engine.cache.stores import open_store
 from engine.cache.disk_store import DEFAULT_SIZE_LIMIT
 from engine.cache.guards import failed_guards, judge_decides
 from engine.cache.records import BadRecord, CacheRecord

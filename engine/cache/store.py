@@ -6,7 +6,7 @@ hands them back as checked ``CacheRecord`` values, and knows nothing about embed
 :class:`engine.cache.disk_store.DiskStore` keeps them in a diskcache directory,
 :class:`engine.cache.redis_store.RedisStore` in a Redis server shared by many app instances, and
 :class:`engine.cache.readonly_store.ReadOnlyDiskStore` serves a directory this process may not write;
-:func:`engine.cache.backends.open_store` picks one from a location.
+:func:`engine.cache.stores.open_store` picks one from a location.
 
 A store raises :class:`StoreUnavailable` when it cannot be reached or written (Redis down, disk read-only or
 full), and skips a malformed record (``get`` gives None); anything else it raises is a bug and propagates.

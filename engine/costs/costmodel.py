@@ -6,7 +6,7 @@ target on a CPU costs 1.45x a one-token forward at n = 4 and 2.8x at n = 8: flat
 dominate, then steep), else the line ``verify_fixed_s + verify_per_token_s * n``. Where the target's matmuls are
 memory-bound (a GPU, AMX) the curve is flat and long drafts pay; where they are compute-bound (bf16 without
 native support) verifying k+1 tokens costs about k+1 single-token forwards and they do not. ``CostFit`` keeps
-both online from the steps, anchored by a calibration measured at load.
+both online from the steps, anchored by the step costs measured at load.
 """
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def fit_line(ns: list[float], ts: list[float], weights: list[float] | None = Non
 class CostFit:
     """Online estimate of StepCosts from step timings.
 
-    Verify timings are kept as decayed (n_fed, seconds) points; the calibration (``prior``) adds its measured
+    Verify timings are kept as decayed (n_fed, seconds) points; the costs measured at load (``prior``) add its measured
     points (or its line at n = 1 and n = ``PRIOR_SPAN``) with weight ``prior_weight``, so the curve stays defined
     where k does not go. The curve is the weighted mean time per n, made non-decreasing; the line is fitted to
     the same points (for the stats). The draft cost per token is an exponential average started at the prior's.

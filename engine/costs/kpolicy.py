@@ -182,7 +182,7 @@ class AdaptiveK:
 
 
 def policy_for(spec: SpecConfig, prior: StepCosts | None = None) -> KPolicy:
-    """The policy for ``spec``; ``prior`` (the pair's calibration) starts its cost model."""
+    """The policy for ``spec``; ``prior`` (the pair's step costs measured at load) starts its cost model."""
     if spec.adaptive and spec.proposer in FREE_PROPOSERS:  # no draft model to size: k_max bounds its free drafts,
         return FixedK(spec.k_max, prior=prior)                 # which FreeDrafts prices
     if spec.adaptive:

@@ -32,7 +32,7 @@ def reference_generate(target: Runner, prompt_ids: list[int], stream: TokenStrea
         pos = len(context)
         context.append(token)
         top = top_tokens(p_target[None], sampling.candidates or 0)[0]
-        event = stream.emit(token, "target", stats.acceptance.steps - 1, top, p_target=float(p_target[token]))
+        event = stream.emit(token, "plain", stats.acceptance.steps - 1, top, p_target=float(p_target[token]))
         if event is not None:
             yield event
         yield stats.snapshot(len(stream.token_ids))

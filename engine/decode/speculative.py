@@ -95,7 +95,7 @@ def _emit(stream: TokenStream, draft: Draft, verdict: Verdict, p_target: torch.T
             yield event
     token = verdict.token
     if len(draft) == 0:
-        kind, info = "target", {}
+        kind, info = "plain", {}
     elif verdict.kind == "corrected":
         kind = "corrected"
         info = {"draft_pos": n, "rejected_token_id": draft.tokens[n],

@@ -12,7 +12,7 @@ from engine.config import SamplingConfig
 from engine.lab.grid import PROMPT_SETS, Cell
 from engine.lab.results import DoctorReport
 from engine.lab.experiment import run_speculative
-from engine.models.calibrate import forward_costs
+from engine.models.load_checks import forward_costs
 from engine.models.devices import config_size
 from engine.models.loading import LoadedModel, runner_for
 from engine.models.prompt import encode_chat

@@ -1,7 +1,7 @@
 """Run an experiment grid: every cell's prompts speculative, their target-only baselines, one row per cell.
 
 Models load once per (model, precision) per run (``ModelPool``; the engine's loaded pair is reused), and each
-(target, draft) pair is calibrated once. Runs are seeded: prompt i of a set samples with ``grid.seed + i``,
+(target, draft) pair has its step costs measured once. Runs are seeded: prompt i of a set samples with ``grid.seed + i``,
 so a rerun of a saved grid gives the same token ids (greedy) and accept counts (seeded sampling, fixed k;
 the adaptive k follows measured timings, so its draft lengths may differ between runs).
 """
@@ -23,12 +23,12 @@ from engine.lab.fidelity import pit_values, target_probs, uniformity
 from engine.lab.grid import Cell, ExperimentGrid
 from engine.lab.results import RESULT_VERSION, LabUpdate, PromptRun, cell_row
 from engine.models.auto import plan_precisions
-from engine.models.calibrate import calibrate
+from engine.models.load_checks import measure_step_costs
 from engine.models.hardware import detect_machine
 from engine.models.loading import LoadedModel, check_pair, default_device, load_model, runner_for
 from engine.models.prompt import encode_chat
 from engine.costs.costmodel import StepCosts
-from engine.start.decode import start_reference, start_speculative
+from engine.start.decoders import start_reference, start_speculative
 
 
 class ModelPool:
@@ -93,7 +93,7 @@ def distribution_check(target: LoadedModel, prompts: list[list[int]], runs: list
 
 
 class GridRun:
-    """The state of one run: the pool, calibrated pairs, baselines, progress."""
+    """The state of one run: the pool, pairs with measured step costs, baselines, progress."""
 
     def __init__(self, grid: ExperimentGrid, pool: ModelPool, cancel: threading.Event | None):
         self.grid, self.pool, self.cancel = grid, pool, cancel
@@ -110,7 +110,7 @@ class GridRun:
         return LabUpdate(self.done, self.total, message, **kw)
 
     def models(self, cell: Cell) -> Generator[LabUpdate, None, tuple[LoadedModel, LoadedModel, StepCosts]]:
-        """Load what the cell needs (a note first) and calibrate the pair once; yields the notes, returns the
+        """Load what the cell needs (a note first) and measure the pair's step costs once; yields the notes, returns the
         pair and its costs."""
         keys = (self.pool.key(self.grid.target, cell.target_precision, "target"),
                 self.pool.key(cell.draft, cell.draft_precision, "draft"))
@@ -123,7 +123,7 @@ class GridRun:
             check_pair(target, draft)
             yield self.update(f"Measuring {target.name} ({target.precision}) with {draft.name} ({draft.precision})…",
                               loading=True)
-            self.costs[keys] = calibrate(runner_for(target), runner_for(draft))
+            self.costs[keys] = measure_step_costs(runner_for(target), runner_for(draft))
         return target, draft, self.costs[keys]
 
     def prompt_ids(self, target: LoadedModel, prompt_set: str) -> list[list[int]]:
@@ -183,7 +183,7 @@ def run_grid(grid: ExperimentGrid, pool: ModelPool, cancel: threading.Event | No
               "seconds": time.time() - started, "grid": grid.to_dict(), "machine": machine_info(pool.device),
               "stopped": run.stopped(), "rows": rows,
               "prompts": {s: list(grid.set_prompts(s)) for s in grid.all_sets()},
-              "calibration": [{"target": t, "draft": d, **asdict(c)} for (t, d), c in run.costs.items()]}
+              "step_costs": [{"target": t, "draft": d, **asdict(c)} for (t, d), c in run.costs.items()]}
     message = f"Stopped after {len(rows)} of {len(run.cells)} cells" if run.stopped() else \
         f"Finished {len(rows)} cells"
     yield run.update(message, result=result)

@@ -209,7 +209,7 @@ class ExperimentGrid:
 def estimated_seconds(grid: ExperimentGrid, tokens_per_s: float) -> float:
     """How long the grid's generations take at ``tokens_per_s`` if each makes all its new tokens: the time at the
     target-only speed (an answer can end sooner, a speculative one can be faster or slower), model loads and
-    calibrations not included."""
+    step-cost measurements not included."""
     return sum(grid.generations()) * grid.max_new_tokens / tokens_per_s
 
 

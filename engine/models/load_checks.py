@@ -10,9 +10,9 @@ from engine.backends.contract import Runner
 from engine.decode.identity import IdentityCheck, measure_identity
 from engine.costs.costmodel import StepCosts, fit_line
 
-CALIBRATION_CONTEXT = 16  # tokens in the KV cache before the timed forwards (a short prefill: cheap at load)
+STEP_COST_CONTEXT = 16  # tokens in the KV cache before the timed forwards (a short prefill: cheap at load)
 PREFILL_CHUNK = 512
-CALIBRATION_TOKENS = (1, 2, 4, 8, 16)  # the precision's own t(n): flat, then steep (engine/costs/costmodel.py)
+STEP_COST_TOKENS = (1, 2, 4, 8, 16)  # the precision's own t(n): flat, then steep (engine/costs/costmodel.py)
 
 
 def _plain_ids(n: int) -> list[int]:
@@ -43,11 +43,11 @@ def forward_costs(runner: Runner, context: int, tokens: list[int], repeats: int)
     return costs
 
 
-def calibrate(target: Runner, draft: Runner, repeats: int = 2) -> StepCosts:
+def measure_step_costs(target: Runner, draft: Runner, repeats: int = 2) -> StepCosts:
     """StepCosts from a few timed forwards: the target at 1..16 new tokens (its curve), the draft at 1."""
-    verify = forward_costs(target, CALIBRATION_CONTEXT, list(CALIBRATION_TOKENS), repeats)
+    verify = forward_costs(target, STEP_COST_CONTEXT, list(STEP_COST_TOKENS), repeats)
     a, b = fit_line(list(verify), list(verify.values()))
-    drafted = forward_costs(draft, CALIBRATION_CONTEXT, [1], repeats)
+    drafted = forward_costs(draft, STEP_COST_CONTEXT, [1], repeats)
     return StepCosts(verify_fixed_s=a, verify_per_token_s=b, draft_per_token_s=drafted[1],
                      verify_table=tuple(sorted(verify.items())))
 

@@ -41,7 +41,7 @@ class LoadedModel:
 
 
 def runner_for(loaded: LoadedModel) -> Runner:
-    """A runner on ``loaded``'s model: the one way a decode, a proposer, a calibration, the judge or a bench gets
+    """A runner on ``loaded``'s model: the one way a decode, a proposer, the load-time checks, the judge or a bench gets
     one. It may hold tokens (a llama.cpp context from the model's pool keeps what its last runner left): a decoder
     calls ``resume``, which keeps only what is still valid for its context, and a caller that needs an empty cache
     calls ``reset``."""

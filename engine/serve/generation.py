@@ -18,7 +18,7 @@ from engine.events import Event
 from engine.models.prompt import encode_chat
 from engine.serve.model_lock import ModelLock
 from engine.serve.pair_slot import NO_JUDGE, Judging, Pair
-from engine.start.decode import start_reference, start_speculative, token_stream
+from engine.start.decoders import start_reference, start_speculative, token_stream
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from engine.cache.judge import LLMJudge, judge_for, uncalibrated_note
 from engine.config import AUTO
 from engine.decode.identity import IdentityCheck
 from engine.errors import NoPairError
-from engine.models.calibrate import calibrate, check_identity
+from engine.models.load_checks import check_identity, measure_step_costs
 from engine.models.devices import check_target_precision, gpu_bytes, release_memory
 from engine.models.auto import describe, plan_precisions
 from engine.models.hardware import detect_machine
@@ -34,7 +34,7 @@ class Pair:
     """The loaded models as one value: swapped in one assignment, read once per request."""
     target: LoadedModel
     draft: LoadedModel
-    costs: StepCosts  # calibrated at load: the adaptive k starts from it
+    costs: StepCosts  # measured at load: the adaptive k starts from it
     precision_note: str  # what auto chose (or the user) on this machine, and why: plan_precisions' sentence
     identity: IdentityCheck  # measured at load: is the target the same in a verify as alone, here
 
@@ -45,7 +45,7 @@ class Pair:
     def info(self) -> PairInfo:
         return PairInfo(self.target.name, self.draft.name, self.target.precision, self.draft.precision,
                         str(self.target.device), self.precision_note, self.costs,
-                        bit_identical=self.identity.identical, identity=self.identity.describe(),
+                        bit_identical=self.identity.identical, identity_note=self.identity.describe(),
                         identity_drift_steps=self.identity.max_drift_steps, runner=runner_name(self.target))
 
 
@@ -102,11 +102,11 @@ class PairSlot:
         return plan, {role: _kept(held.get(role), asked[role][0], plan.precisions[role]) for role in ROLES}
 
     def install(self, target: LoadedModel, draft: LoadedModel, note: str = "") -> Pair:
-        """Install loaded models: one assignment, after the pair check and a short calibration of their forward
+        """Install loaded models: one assignment, after the pair check and a short measurement of their forward
         costs (own KV caches: safe beside a generation). ``note``: the plan's sentence (what auto chose and why);
         '' for models loaded elsewhere, which are described as they are."""
         check_pair(target, draft)
-        costs = calibrate(runner_for(target), runner_for(draft))
+        costs = measure_step_costs(runner_for(target), runner_for(draft))
         note = note or describe(detect_machine(target.device.type), {"target": target.precision,
                                                                       "draft": draft.precision},
                                 {r for r, m in zip(ROLES, (target, draft)) if m.auto_precision}, [])

@@ -1,7 +1,7 @@
 """What the app asks of the loaded pair besides answers: where two answers part and why, and the fp32 proof.
 
-The fp32 proof calls the decoders directly on fp32 copies of the pair (engine/start/decode.py): no second engine,
-no calibration per proof (the k policy starts without a prior; greedy output does not depend on k).
+The fp32 proof calls the decoders directly on fp32 copies of the pair (engine/start/decoders.py): no second engine,
+no step-cost measurement per proof (the k policy starts without a prior; greedy output does not depend on k).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from engine.models.loading import LoadedModel
 from engine.serve.generation import encode
 from engine.serve.model_lock import ModelLock
 from engine.serve.pair_slot import Pair
-from engine.start.decode import start_reference, start_speculative
+from engine.start.decoders import start_reference, start_speculative
 
 
 def explain(pair: Pair, lock: ModelLock, messages: list[dict], reference_ids: list[int],

@@ -173,7 +173,7 @@ def test_code_renders_as_a_block_of_coloured_tokens_and_the_view_switch_works(pa
     wait_answer(page, send(page, "Write a Python function that adds two numbers, in a ```python code block."))
     code = last_answer(page).locator(".md-view pre.md-code code")
     expect(code.first).to_be_visible()
-    assert len(kinds_in(code.first) & {"accepted", "corrected", "bonus", "target"}) >= 2, kinds_in(code.first)
+    assert len(kinds_in(code.first) & {"accepted", "corrected", "bonus", "plain"}) >= 2, kinds_in(code.first)
     assert code.first.locator("[class*='hl-']").count() > 0  # Pygments classes on the same spans
     assert "def" in code.first.inner_text()
     expect(last_answer(page).locator(".raw-view")).to_be_hidden()
@@ -247,7 +247,7 @@ def test_race_mode_shows_both_answers_and_the_identity_check(page):
     # so the race says bit-identical; elsewhere identical up to ties, or where they differ
     expect(page.locator("#race-summary")).to_contain_text(
         re.compile("bit-identical|identical token ids|token ids differ"))
-    assert page.locator("#race-target .tok-target").count() > 0
+    assert page.locator("#race-target .tok-plain").count() > 0
     assert kinds_in(page.locator("#race-spec")) & {"accepted", "corrected", "bonus"}
 
 

@@ -166,26 +166,26 @@ def test_the_semantic_cache_opens_in_the_cache_dir(launch, monkeypatch, tmp_path
 ])
 def test_a_cache_that_cannot_be_opened_is_disabled_with_the_reason(launch, monkeypatch, tmp_path, capsys, where,
                                                                     error):
-    import engine.cache.backends
+    import engine.cache.stores
     from engine.cache.embedder import HashEmbedder
 
     if error == "unavailable":
-        error = engine.cache.backends.StoreUnavailable("disk cache at somewhere: OperationalError: locked")
+        error = engine.cache.stores.StoreUnavailable("disk cache at somewhere: OperationalError: locked")
     _embedder_is(monkeypatch, _raises(error) if where == "embedder" else HashEmbedder)
     if where == "store":
-        monkeypatch.setattr(engine.cache.backends, "open_store", _raises(error))
+        monkeypatch.setattr(engine.cache.stores, "open_store", _raises(error))
     assert launch.open_semantic_cache(tmp_path) is None
     assert f"semantic cache disabled: {type(error).__name__}: {error}" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("where", ["embedder", "store"])
 def test_a_bug_while_opening_the_cache_propagates(launch, monkeypatch, tmp_path, where):
-    import engine.cache.backends
+    import engine.cache.stores
     from engine.cache.embedder import HashEmbedder
 
     _embedder_is(monkeypatch, _raises(TypeError("a bug")) if where == "embedder" else HashEmbedder)
     if where == "store":
-        monkeypatch.setattr(engine.cache.backends, "open_store", _raises(TypeError("a bug")))
+        monkeypatch.setattr(engine.cache.stores, "open_store", _raises(TypeError("a bug")))
     with pytest.raises(TypeError, match="a bug"):
         launch.open_semantic_cache(tmp_path)
 

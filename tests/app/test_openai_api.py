@@ -283,7 +283,7 @@ class EndlessEngine(FakeEngine):
         n = 0
         try:
             while not cancel.is_set():
-                yield tok("la ", "target", n)
+                yield tok("la ", "plain", n)
                 n += 1
                 self.started.set()
                 cancel.wait(0.01)  # a step's worth of work, cut short by a cancel (it synchronises nothing)
@@ -420,7 +420,7 @@ def test_openai_client_chats_like_the_app(live_server):
     assert whole.choices[0].message.content == expected and expected.strip()
     assert whole.usage.completion_tokens == n and whole.usage.prompt_tokens > 0
     kinds = {s["kind"] for s in whole.choices[0].speculation}
-    assert kinds <= {"accepted", "corrected", "bonus", "target", "cached"} and kinds
+    assert kinds <= {"accepted", "corrected", "bonus", "plain", "cached"} and kinds
     stream = client.chat.completions.create(model=SMOL, messages=messages, temperature=0,
                                             max_tokens=n, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == expected
@@ -484,7 +484,7 @@ def test_v1_carries_the_pairs_identity_check_and_runner():
 
     class CheckedEngine(FakeEngine):
         def info(self):
-            return replace(super().info(), bit_identical=True, identity="verified bit-identical on this machine: "
+            return replace(super().info(), bit_identical=True, identity_note="verified bit-identical on this machine: "
                            "9/9 rows", runner="llama.cpp 2 threads, flash attention on, repack off",
                            precision_note="AVX2 CPU -> target gguf (auto), draft gguf (auto): why")
 

@@ -78,7 +78,7 @@ def test_openai_client_gets_the_targets_logprobs_with_the_kind_beside(server, op
     assert choice.finish_reason == "length" and len(content) == reply.usage.completion_tokens == len(speculation)
     assert joined_bytes(content) == choice.message.content and choice.message.content.strip()
     assert [e["kind"] for e in content] == [s["kind"] for s in speculation]
-    assert {e["kind"] for e in content} <= {"accepted", "corrected", "bonus", "target"}
+    assert {e["kind"] for e in content} <= {"accepted", "corrected", "bonus", "plain"}
     token_ids = [s["token_id"] for s in speculation]
     check_against_target(content, token_ids, target_logprobs(engine, PROMPT, token_ids), 3)
     for entry, spec in zip(content, speculation):
@@ -120,7 +120,7 @@ def test_langchain_chat_openai_gets_logprobs_streamed_and_not(server):
     content = whole.response_metadata["logprobs"]["content"]
     assert whole.response_metadata["finish_reason"] == "length"
     assert len(content) == whole.usage_metadata["output_tokens"] and joined_bytes(content) == whole.content
-    assert all(e["kind"] in {"accepted", "corrected", "bonus", "target"} and len(e["top_logprobs"]) == 2
+    assert all(e["kind"] in {"accepted", "corrected", "bonus", "plain"} and len(e["top_logprobs"]) == 2
                for e in content)
 
     streamed = None
@@ -132,7 +132,7 @@ def test_langchain_chat_openai_gets_logprobs_streamed_and_not(server):
     # The same tokens, bytes and logprobs; not the same kinds: which tokens a draft proposed depends on the
     # adaptive k, which prices drafts on this machine's measured step costs, so two runs may split differently.
     assert [(e["token"], e["bytes"]) for e in streamed_content] == [(e["token"], e["bytes"]) for e in content]
-    assert {e["kind"] for e in streamed_content} <= {"accepted", "corrected", "bonus", "target"}
+    assert {e["kind"] for e in streamed_content} <= {"accepted", "corrected", "bonus", "plain"}
     assert [e["logprob"] for e in streamed_content] == pytest.approx([e["logprob"] for e in content], abs=TOL)
 
 

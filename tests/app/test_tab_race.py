@@ -65,7 +65,7 @@ def test_a_divergence_where_the_load_check_claimed_identity_is_flagged_and_can_b
     class InvariantRaceEngine(RaceEngine):
         def info(self):
             return replace(super().info(), target_precision="int8-weight", bit_identical=True,
-                           identity="verified bit-identical on this machine: 106/106 rows")
+                           identity_note="verified bit-identical on this machine: 106/106 rows")
 
     engine = InvariantRaceEngine([CacheEvent("off"), tok("a"), tok("c", "corrected"), stats(), done((1, 3))])
     last = list(run_race(AppContext(engine, BaselineStore(tmp_path / "b.json")), named(RaceTab), "q", UISettings(k=3),
@@ -78,7 +78,7 @@ def test_the_race_names_the_measured_identity():
     ref, spec = Turn(), Turn()
     ref.add(done((1, 2, 3), stats(elapsed_s=3.0)))
     spec.add(done((1, 2, 3), stats(elapsed_s=1.0)))
-    claim = race_summary(ref, spec, greedy=True, bit_identical=True, identity="verified <b>bit-identical</b>: 9/9 rows")
+    claim = race_summary(ref, spec, greedy=True, bit_identical=True, identity_note="verified <b>bit-identical</b>: 9/9 rows")
     assert "verified &lt;b&gt;bit-identical&lt;/b&gt;: 9/9 rows" in claim
-    ties = race_summary(ref, spec, greedy=True, identity="identical up to rounding ties (max drift 2.0 steps)")
+    ties = race_summary(ref, spec, greedy=True, identity_note="identical up to rounding ties (max drift 2.0 steps)")
     assert "max drift 2.0 steps" in ties and "bit-identical" not in ties

@@ -19,7 +19,7 @@ def test_code_fence_becomes_pre_code_with_token_and_pygments_classes():
     assert '<pre class="md-code" data-lang="python"><code>' in html
     code = html.split("<code>")[1].split("</code>")[0]
     assert 'class="tok tok-corrected hl-k"' in code  # "def": Pygments keyword inside a corrected token
-    assert 'class="tok tok-bonus' in code and 'class="tok tok-target' in code
+    assert 'class="tok tok-bonus' in code and 'class="tok tok-plain' in code
     assert "```" not in html and "python" not in code  # the fence lines are markup, not shown
     assert "    " in code  # indentation kept
     assert html.endswith("<p>" + html.split("<p>")[-1]) and "Done." in html.split("</pre>")[1]
@@ -34,7 +34,7 @@ def test_every_shown_character_keeps_its_token_across_markdown_syntax():
     # "bo" and "ld" come from different tokens: the bold word is split at the token boundary
     assert ("corrected", "bo") in shown and ("bonus", "ld") in shown
     assert ("bonus", "co") in shown and ("target", "de") in shown
-    kinds = {0: "accepted", 1: "corrected", 2: "bonus", 3: "target"}
+    kinds = {0: "accepted", 1: "corrected", 2: "bonus", 3: "plain"}
     for k, t in shown:  # each shown piece lies inside a token of that kind
         assert any(t in p for i, p in enumerate(pieces) if kinds[i % 4] == k), (k, t)
 

@@ -74,7 +74,7 @@ class _Clock:
         return float(len(self.log))
 
 
-@pytest.mark.parametrize("module_name", ["engine.decode.clock", "engine.models.calibrate"])
+@pytest.mark.parametrize("module_name", ["engine.decode.clock", "engine.models.load_checks"])
 def test_every_clock_read_on_cuda_waits_for_the_device_first(monkeypatch, module_name):
     """The logits stay on the device, so nothing else blocks: each timed region must synchronize explicitly, through
     the runner (``Runner.synchronize``; both decoders time their steps with engine.decode.clock's StepClock)."""

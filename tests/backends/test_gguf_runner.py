@@ -142,7 +142,7 @@ def test_a_gguf_target_with_a_torch_draft_works(real_models):
                                   SpecConfig(proposer="draft", k=3)))
     done = events[-1]
     assert done.type == "done" and len(done.token_ids) == 16 and done.stats.acceptance.proposed > 0
-    assert info.identity.startswith(("verified bit-identical", "identical up to rounding ties"))
+    assert info.identity_note.startswith(("verified bit-identical", "identical up to rounding ties"))
 
 
 def test_the_identity_bench_measures_each_llama_cpp_setting(tmp_path, capsys):
@@ -163,7 +163,7 @@ def test_llama_cpps_measured_drift_stays_within_its_tie_bound(smol):
     """Where llama.cpp's verify rows are not the tokens fed alone, the drift the load-time check measures must stay
     within the tie rule that explains divergences (the record's tie_steps, engine/precision.py): else a tie would
     be called a bug, or a bug a tie."""
-    from engine.models.calibrate import check_identity
+    from engine.models.load_checks import check_identity
     from engine.precision import precision
     check = check_identity(smol)
     assert check.rows > 0 and check.max_drift_steps <= precision("gguf").tie_steps, check.describe()

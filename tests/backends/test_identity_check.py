@@ -8,7 +8,7 @@ import torch
 from engine.decode.identity import IdentityCheck, measure_identity
 from engine.backends.torch_runner import ModelRunner
 from engine.models.attention import ROW_EXACT
-from engine.models.calibrate import IDENTITY_PROMPT, check_identity
+from engine.models.load_checks import IDENTITY_PROMPT, check_identity
 from engine.models.int8_weight import quantize_int8_weight
 from tests.helpers.tiny import tiny_model
 from tests.helpers.constants import SMOL
@@ -57,7 +57,7 @@ def test_smollm2_pair_info_carries_what_the_check_measured(real_models):
     info = engine.info()
     measured = check_identity(engine.target)
     assert isinstance(measured, IdentityCheck) and measured.rows > 0
-    assert info.bit_identical == measured.identical and info.identity == measured.describe()
+    assert info.bit_identical == measured.identical and info.identity_note == measured.describe()
     assert info.identity_drift_steps == measured.max_drift_steps
 
 

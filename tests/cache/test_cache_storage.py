@@ -11,7 +11,7 @@ from pathlib import Path
 import diskcache
 import pytest
 
-from engine.cache.backends import open_store
+from engine.cache.stores import open_store
 from engine.cache.disk_store import DiskStore
 from engine.cache.records import CacheRecord, mask_url
 from engine.cache.semantic_cache import SemanticCache, entry_key

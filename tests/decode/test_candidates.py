@@ -50,7 +50,7 @@ def test_each_token_carries_the_targets_distribution_at_its_position(decoder, sa
     ids = [t.token_id for t in tokens]
     p = plain_distribution(target, ids, sampling)
     kinds = {t.kind for t in tokens}
-    assert kinds >= ({"accepted", "corrected"} if decoder == "speculative" else {"target"})
+    assert kinds >= ({"accepted", "corrected"} if decoder == "speculative" else {"plain"})
     for i, token in enumerate(tokens):
         chosen, top = token.candidates.chosen, token.candidates.top
         assert chosen.token_id == token.token_id and chosen.p_target == token.p_target

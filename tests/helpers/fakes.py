@@ -39,7 +39,7 @@ def done(ids=(1, 2), s=None, reason="eos"):
     return DoneEvent(reason, "ab", tuple(ids), s or stats())
 
 
-def toks(*pieces, kinds=("accepted", "corrected", "bonus", "target")):
+def toks(*pieces, kinds=("accepted", "corrected", "bonus", "plain")):
     """One token per piece, the kinds in turn; each corrected one carries a rejected draft token "RJ"."""
     return [tok(text, kinds[i % len(kinds)], token_id=i, step=i, rejected_text="RJ" if i % len(kinds) == 1 else None)
             for i, text in enumerate(pieces)]
@@ -84,7 +84,7 @@ def fake_experiment(grid, cancel):
     yield LabUpdate(len(rows), len(cells), "end", result={
         "version": 1, "created": "2026-11-30T20:00:00Z", "seconds": 1.0, "grid": grid.to_dict(),
         "machine": {"cpu": SCRIPT, "kind": "test", "threads": 2, "torch": "x"}, "stopped": len(rows) < len(cells),
-        "rows": rows, "prompts": {s: list(grid.set_prompts(s)) for s in grid.all_sets()}, "calibration": []})
+        "rows": rows, "prompts": {s: list(grid.set_prompts(s)) for s in grid.all_sets()}, "step_costs": []})
 
 
 def fake_doctor(kinds):
@@ -122,7 +122,7 @@ class FakeEngine:
         yield from self.events
 
     def generate_reference(self, messages, sampling, cancel=None):
-        yield tok("x", "target")
+        yield tok("x", "plain")
         yield done((1,), stats(new_tokens=32, elapsed_s=4.0))
 
     def explain_divergence(self, messages, reference_ids, other_ids):
@@ -174,7 +174,7 @@ class RaceEngine(FakeEngine):
                                to_dict=lambda: d)
 
 
-PIECES = [("Hello", "accepted"), (" wor", "corrected"), ("ld", "bonus"), ("! END", "accepted"), (" more", "target")]
+PIECES = [("Hello", "accepted"), (" wor", "corrected"), ("ld", "bonus"), ("! END", "accepted"), (" more", "plain")]
 
 
 def piece(text, kind="accepted", i=0, candidates=None):

@@ -9,7 +9,7 @@ from engine.config import SamplingConfig, SpecConfig
 from engine.decode.detok import IncrementalDetokenizer
 from engine.errors import (EmptyPromptError, IncompatiblePairError, ModelIntegrityError, PromptTooLongError,
                            UnknownModelError)
-from engine.models.calibrate import CALIBRATION_TOKENS
+from engine.models.load_checks import STEP_COST_TOKENS
 from engine.models.auto import plan_precisions
 from engine.models.loading import default_device, load_model, resolve_source
 from engine.chat_engine import ChatEngine
@@ -47,7 +47,7 @@ def test_smollm2_fp32_greedy_speculative_equals_reference(smol_engine, prompt, k
     assert spec[-1].token_ids == ref[-1].token_ids
     assert spec[-1].text == ref[-1].text and spec[-1].text.strip()
     kinds = {e.kind for e in spec if e.type == "token"}
-    assert kinds <= {"accepted", "corrected", "bonus", "target"} and "accepted" in kinds
+    assert kinds <= {"accepted", "corrected", "bonus", "plain"} and "accepted" in kinds
 
 
 def test_default_draft_precision_stays_lossless_with_the_default_spec():
@@ -237,7 +237,7 @@ def test_auto_precision_is_the_machine_choice_and_said_so(smol_int8_target):
         assert info.draft_precision in (choice.draft, "bf16")  # bf16: no quantized engine
     assert "target " + info.target_precision + " (auto)" in info.precision_note and plan.reason == info.precision_note
     costs = info.costs  # measured at load: the curve's points are the timed forwards, the line fits them
-    assert [n for n, _ in costs.verify_table] == list(CALIBRATION_TOKENS)
+    assert [n for n, _ in costs.verify_table] == list(STEP_COST_TOKENS)
     assert all(costs.verify_s(n) == pytest.approx(t) for n, t in costs.verify_table)
     assert costs.verify_fixed_s >= 0 and costs.verify_per_token_s >= 0
     gguf = model_gguf(SMOL)  # the peer bench runs llama.cpp on this very file

@@ -138,7 +138,7 @@ def test_the_pwned_message_is_answered_as_a_normal_message(real_models, name, pr
     and the answer is the target's answer to that text. SmolLM2 answered "PWNED." to the old encoding."""
     from engine.config import CACHE_OFF, DEFAULT_SPEC, SamplingConfig
     from engine.events import TokenEvent
-    from engine.start.decode import start_reference
+    from engine.start.decoders import start_reference
 
     engine = real_models.engine(name, precision, name, precision)
     messages, sampling = [{"role": "user", "content": PWNED}], SamplingConfig(temperature=0, max_new_tokens=12)

@@ -24,7 +24,7 @@ LAYERS = (
     "engine.backends",  # the runtimes behind one runner contract: torch, llama.cpp
     "engine.decode",  # the loop, verify, sampling, runner, stream, reference, the Draft/Proposer contract
     "engine.proposers",
-    "engine.models",  # loading, catalog, hardware, quantised layers, calibration, the chat prompt, runner_for
+    "engine.models",  # loading, catalog, hardware, quantised layers, load-time checks, the chat prompt, runner_for
     "engine.start",  # one way to start a decode: runners, proposers, the k policy, the stream (chat, lab, bench)
     "engine.cache",
     "engine.divergence",

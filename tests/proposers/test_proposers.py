@@ -14,7 +14,7 @@ from engine.proposers import (CONFIDENCE_CUTOFF, HEAD_TOKENS, PROPOSERS, DraftMo
                               NgramProposer)
 from engine.proposers.cached_answer import CachedAnswerProposer
 from engine.proposers.ngram import ngram_lookup
-from engine.start.decode import start_speculative
+from engine.start.decoders import start_speculative
 from tests.helpers.tiny import (ByteTokenizer, DraftRunners, cached, exact_sequence_probs, reference_done,
                         sequence_distribution, speculative_done, tiny_model, tiny_pair, total_variation)
 

@@ -89,7 +89,7 @@ def test_done_text_is_the_streamed_text_when_the_limit_cuts_a_character(text):
     data = text.encode()
     for limit in range(1, len(data) + 1):
         stream = TokenStream(Utf8Bytes(), frozenset(), limit, stop_on_eos=False)
-        pieces = [event.text for event in (stream.emit(b, "target", 0) for b in data) if event is not None]
+        pieces = [event.text for event in (stream.emit(b, "plain", 0) for b in data) if event is not None]
         done = stream.done(None)
         assert done.text == "".join(pieces) and "\ufffd" not in done.text and text.startswith(done.text)
         assert done.finish_reason == "length" and len(done.token_ids) == limit

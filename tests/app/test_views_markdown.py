@@ -33,7 +33,7 @@ def test_every_shown_character_keeps_its_token_across_markdown_syntax():
     shown = [(k, t) for k, t in spans_text(html) if k != "rejected"]
     # "bo" and "ld" come from different tokens: the bold word is split at the token boundary
     assert ("corrected", "bo") in shown and ("bonus", "ld") in shown
-    assert ("bonus", "co") in shown and ("target", "de") in shown
+    assert ("bonus", "co") in shown and ("plain", "de") in shown
     kinds = {0: "accepted", 1: "corrected", 2: "bonus", 3: "plain"}
     for k, t in shown:  # each shown piece lies inside a token of that kind
         assert any(t in p for i, p in enumerate(pieces) if kinds[i % 4] == k), (k, t)

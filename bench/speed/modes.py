@@ -197,7 +197,7 @@ def read_prompts(path: str, prompt_set: str | None) -> list[dict]:
 
 
 def print_pair(info) -> None:
-    """The bench header: the pair, why these precisions, the identity check measured at load, the step costs measured at load."""
+    """The bench header: the pair, why these precisions, and the identity check and step costs measured at load."""
     print(f"target {info.target} ({info.target_precision}), draft {info.draft} ({info.draft_precision}), {info.device}, "
           f"{info.runner}")
     print(f"precision: {info.precision_note}")
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
         result = run_bench(engine, prompts, modes, spec, args.max_new_tokens, runners, args.temperature, args.seed)
     result["header"] = {"precision": info.precision_note, "target": info.target, "draft": info.draft,
                         "target_precision": info.target_precision, "draft_precision": info.draft_precision,
-                        "bit_identical": info.bit_identical, "identity_note": info.identity_note, "runner": info.runner}
+                        "runner": info.runner, "bit_identical": info.bit_identical, "identity_note": info.identity_note}
     if args.json:  # first: a long run's data must survive whatever comes after
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -1,5 +1,5 @@
-"""The runner contract: what the decoders, the step clock, the identity check, the step-cost measurement and the proposers may ask
-of a model and its KV cache, whichever runtime runs it (torch: engine/backends/torch_runner.py; llama.cpp:
+"""The runner contract: what the decoders, the step clock, the load-time checks and the proposers may ask of a
+model and its KV cache, whichever runtime runs it (torch: engine/backends/torch_runner.py; llama.cpp:
 engine/backends/llama_cpp.py and engine/backends/llama_cpp_runner.py). Nothing above this layer asks which one.
 
 Invariant (checked on every backend, tests/backends/test_runner_contract.py): ``cache_len() == len(tokens)``, the

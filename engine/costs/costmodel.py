@@ -73,10 +73,11 @@ def fit_line(ns: list[float], ts: list[float], weights: list[float] | None = Non
 class CostFit:
     """Online estimate of StepCosts from step timings.
 
-    Verify timings are kept as decayed (n_fed, seconds) points; the costs measured at load (``prior``) add its measured
-    points (or its line at n = 1 and n = ``PRIOR_SPAN``) with weight ``prior_weight``, so the curve stays defined
-    where k does not go. The curve is the weighted mean time per n, made non-decreasing; the line is fitted to
-    the same points (for the stats). The draft cost per token is an exponential average started at the prior's.
+    Verify timings are kept as decayed (n_fed, seconds) points; the costs measured at load (``prior``) add their
+    measured points (or their line at n = 1 and n = ``PRIOR_SPAN``) with weight ``prior_weight``, so the curve
+    stays defined where k does not go. The curve is the weighted mean time per n, made non-decreasing; the line
+    is fitted to the same points (for the stats). The draft cost per token is an exponential average started at
+    the prior's.
     """
     PRIOR_SPAN = 8
 

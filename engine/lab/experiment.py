@@ -1,9 +1,9 @@
 """Run an experiment grid: every cell's prompts speculative, their target-only baselines, one row per cell.
 
 Models load once per (model, precision) per run (``ModelPool``; the engine's loaded pair is reused), and each
-(target, draft) pair has its step costs measured once. Runs are seeded: prompt i of a set samples with ``grid.seed + i``,
-so a rerun of a saved grid gives the same token ids (greedy) and accept counts (seeded sampling, fixed k;
-the adaptive k follows measured timings, so its draft lengths may differ between runs).
+(target, draft) pair has its step costs measured once. Runs are seeded: prompt i of a set samples with
+``grid.seed + i``, so a rerun of a saved grid gives the same token ids (greedy) and accept counts (seeded
+sampling, fixed k; the adaptive k follows measured timings, so its draft lengths may differ between runs).
 """
 from __future__ import annotations
 
@@ -110,8 +110,8 @@ class GridRun:
         return LabUpdate(self.done, self.total, message, **kw)
 
     def models(self, cell: Cell) -> Generator[LabUpdate, None, tuple[LoadedModel, LoadedModel, StepCosts]]:
-        """Load what the cell needs (a note first) and measure the pair's step costs once; yields the notes, returns the
-        pair and its costs."""
+        """Load what the cell needs (a note first) and measure the pair's step costs once; yields the notes,
+        returns the pair and its costs."""
         keys = (self.pool.key(self.grid.target, cell.target_precision, "target"),
                 self.pool.key(cell.draft, cell.draft_precision, "draft"))
         for key in keys:

@@ -41,8 +41,8 @@ class LoadedModel:
 
 
 def runner_for(loaded: LoadedModel) -> Runner:
-    """A runner on ``loaded``'s model: the one way a decode, a proposer, the load-time checks, the judge or a bench gets
-    one. It may hold tokens (a llama.cpp context from the model's pool keeps what its last runner left): a decoder
+    """A runner on ``loaded``'s model: the one way a decode, a proposer, a load-time check, the judge or a bench
+    gets one. It may hold tokens (a llama.cpp context from the model's pool keeps what its last runner left): a decoder
     calls ``resume``, which keeps only what is still valid for its context, and a caller that needs an empty cache
     calls ``reset``."""
     return loaded.backend.runner(loaded.vocab_size)

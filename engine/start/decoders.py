@@ -44,8 +44,8 @@ def make_proposer(spec: SpecConfig, draft: LoadedModel, cached_answer: tuple[int
 def start_speculative(target: LoadedModel, draft: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig,
                       spec: SpecConfig, *, costs: StepCosts | None = None, cached_answer: tuple[int, ...] = (),
                       stream: TokenStream | None = None, cancel: threading.Event | None = None) -> Iterator[Event]:
-    """The draft-verify loop on ``target`` and ``draft``. ``costs`` (the pair's step costs measured at load) starts the k policy's
-    cost model; ``stream`` defaults to :func:`token_stream`."""
+    """The draft-verify loop on ``target`` and ``draft``. ``costs`` (the pair's step costs measured at load)
+    starts the k policy's cost model; ``stream`` defaults to :func:`token_stream`."""
     stream = stream or token_stream(target, prompt_ids, sampling)
     return speculative_generate(runner_for(target), make_proposer(spec, draft, cached_answer), prompt_ids, stream,
                                 sampling, k_policy=policy_for(spec, costs), cancel=cancel)

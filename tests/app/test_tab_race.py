@@ -78,7 +78,8 @@ def test_the_race_names_the_measured_identity():
     ref, spec = Turn(), Turn()
     ref.add(done((1, 2, 3), stats(elapsed_s=3.0)))
     spec.add(done((1, 2, 3), stats(elapsed_s=1.0)))
-    claim = race_summary(ref, spec, greedy=True, bit_identical=True, identity_note="verified <b>bit-identical</b>: 9/9 rows")
+    claim = race_summary(ref, spec, greedy=True, bit_identical=True,
+                         identity_note="verified <b>bit-identical</b>: 9/9 rows")
     assert "verified &lt;b&gt;bit-identical&lt;/b&gt;: 9/9 rows" in claim
     ties = race_summary(ref, spec, greedy=True, identity_note="identical up to rounding ties (max drift 2.0 steps)")
     assert "max drift 2.0 steps" in ties and "bit-identical" not in ties

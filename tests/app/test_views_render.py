@@ -38,7 +38,8 @@ def test_prompt_and_cache_match_are_escaped(evil):
 def test_the_pair_line_says_the_measured_identity_and_the_runner():
     html = pair_status_html(PairInfo(target="t", draft="d", target_precision="gguf", draft_precision="gguf",
                                      device="cpu", runner="llama.cpp 2 threads, flash attention on, repack off",
-                                     identity_note="identical up to rounding ties (max drift 9.1 steps): 25/106 rows equal"))
+                                     identity_note="identical up to rounding ties (max drift 9.1 steps): "
+                                                   "25/106 rows equal"))
     assert "llama.cpp 2 threads" in html and "max drift 9.1 steps" in html and "identity-note" in html
 
 

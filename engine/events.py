@@ -4,7 +4,7 @@ Token kinds (same names in CSS classes, the legend and tests):
 - ``accepted``: a draft token the target kept.
 - ``corrected``: the target rejected the draft token at this position and emitted this one instead.
 - ``bonus``: the target's extra token after a fully accepted draft.
-- ``target``: a token from a target-only step (reference decoder, or speculation switched off / in fallback).
+- ``plain``: a token from a target-only step (reference decoder, or speculation switched off / in fallback).
 - ``cached``: served from the semantic cache: as stored (direct mode, a trusted store), or once the target
   checked that it would give every token (an exact hit in verify mode, engine.serve.generation.check_hit).
 """

@@ -42,6 +42,8 @@ class IdentityCheck:
         return self.rows > 0 and self.rows_equal == self.rows
 
     def describe(self) -> str:
+        if not self.rows:
+            return "not measured: the context holds no verify of the checked widths at the checked positions"
         span = f"verify widths {self.widths[0]}-{self.widths[-1]}, positions {' and '.join(map(str, self.positions))}"
         if self.identical:
             return f"verified bit-identical on this machine: {self.rows}/{self.rows} rows ({span})"
@@ -59,7 +61,7 @@ def measure_identity(runner: Runner, text_ids: list[int], precision: str, widths
     ``max(positions) + max(widths) + 1``. The runner is reset before and after."""
     start = time.perf_counter()
     ids = list(text_ids)
-    while len(ids) < max(positions) + max(widths) + 1:
+    while len(ids) < max(positions, default=0) + max(widths) + 1:
         ids += list(text_ids)
     tally = _Tally(precision)
     runner.reset()

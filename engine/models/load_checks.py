@@ -7,7 +7,7 @@ import time
 import weakref
 
 from engine.backends.contract import Runner
-from engine.decode.identity import IdentityCheck, measure_identity
+from engine.decode.identity import CHECK_WIDTHS, LONG_POSITION, SHORT_POSITION, IdentityCheck, measure_identity
 from engine.costs.costmodel import StepCosts, fit_line
 
 STEP_COST_CONTEXT = 16  # tokens in the KV cache before the timed forwards (a short prefill: cheap at load)
@@ -100,5 +100,7 @@ def _measure(target) -> IdentityCheck:
     from engine.models.prompt import template_ids
 
     ids = template_ids(target.tokenizer, [{"role": "user", "content": IDENTITY_PROMPT}])
-    return measure_identity(runner_for(target), ids, target.precision,
+    # the positions whose widest verify and the token after it fit the context (a short context skips the long one)
+    positions = tuple(p for p in (SHORT_POSITION, LONG_POSITION) if p + max(CHECK_WIDTHS) + 1 <= target.context_window)
+    return measure_identity(runner_for(target), ids, target.precision, positions=positions,
                             where=f"{target.device}, {target.precision}, {runner_name(target)}")

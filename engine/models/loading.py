@@ -201,8 +201,9 @@ def check_pair_sources(target: str, draft: str, cache_dir: Path | None = None) -
 def load_tokenizer(name: str, cache_dir: Path | None = None):
     from transformers import AutoTokenizer
 
+    source = resolve_source(name, cache_dir)  # its own errors (a damaged GGUF's ModelFormatError) as they are
     try:
-        return AutoTokenizer.from_pretrained(resolve_source(name, cache_dir))
+        return AutoTokenizer.from_pretrained(source)
     except (OSError, ValueError) as err:
         raise UnknownModelError(f"could not load the tokenizer of {name!r}: {str(err).splitlines()[0]}") from err
 

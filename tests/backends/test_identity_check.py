@@ -35,6 +35,12 @@ def test_the_check_counts_every_row_of_every_width_and_position():
     assert check.describe().startswith(f"verified bit-identical on this machine: {check.rows}/{check.rows} rows")
 
 
+def test_a_context_too_short_for_every_position_measures_nothing_and_says_so():
+    check = measure_identity(ModelRunner(_tiny("fp32"), 48), TEXT, "fp32", widths=(2, 3), positions=())
+    assert check.rows == 0 and not check.identical
+    assert check.describe().startswith("not measured")
+
+
 def test_a_runner_whose_rows_depend_on_the_batch_is_found_out():
     """int8-dynamic shares one activation scale across a forward's rows: the check must see it."""
     check = measure_identity(ModelRunner(_tiny("int8-dynamic"), 48), TEXT, "int8-dynamic",

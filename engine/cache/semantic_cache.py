@@ -38,7 +38,7 @@ from engine.cache.guards import failed_guards, judge_decides
 from engine.cache.records import BadRecord, CacheRecord
 from engine.cache.search import SERVER_EF, Index, check_search, fits, index_for
 from engine.cache.stats import CacheEntry, CacheStats
-from engine.cache.store import Store, StoreUnavailable
+from engine.cache.store import Store, StoreUnavailable, StoreUnreachable
 from engine.cache.keys import entry_key, make_scope, normalise_prompt
 from engine.cache.trust import Trust, check_secret
 
@@ -93,7 +93,8 @@ class SemanticCache:
         self._index: Index | None = None  # chosen once the store answers (index_for)
         self._counts: Counter = Counter()
         self._saved_s = 0.0
-        self._problems: dict[str, str] = {}  # "read"/"write" -> the last failure of that kind, until one succeeds
+        # "read"/"write" -> (the last failure of that kind, whether the server did not answer), until it is over
+        self._problems: dict[str, tuple[str, bool]] = {}
         self._lock = threading.RLock()  # one instance may serve several UI threads
         self._safely("open", lambda: self._ready().refresh(), None)
 
@@ -102,9 +103,10 @@ class SemanticCache:
 
     @property
     def problem(self) -> str:
-        """Why the store failed lately ("" when healthy); shown in stats() and the cache panel. A failed write
-        stays until a write succeeds (a read succeeding says nothing about a full disk)."""
-        return "; ".join(dict.fromkeys(self._problems.values()))
+        """Why the store failed lately ("" when healthy); shown in stats() and the cache panel. A write that failed
+        because the server did not answer is over once any verb reaches it; any other failed write stays until a
+        write succeeds (a read succeeding says nothing about a full disk)."""
+        return "; ".join(dict.fromkeys(text for text, _ in self._problems.values()))
 
     def _safely(self, what: str, fn, fallback):
         """fn under the lock. An unavailable store gives ``fallback`` and a warning, never an exception."""
@@ -113,15 +115,17 @@ class SemanticCache:
             try:
                 result = fn()
             except StoreUnavailable as err:
-                if self._problems.get(kind) != str(err):
+                if self._problems.get(kind, ("",))[0] != str(err):
                     log.warning("semantic cache %s failed: %s", what, err)
-                self._problems[kind] = str(err)
+                self._problems[kind] = (str(err), isinstance(err, StoreUnreachable))
                 if self._index is not None:
                     self._index.invalidate()  # reload everything once the store is back
                 return fallback
-            self._problems.pop(kind, None)
-            if kind == "write":
-                self._problems.pop("read", None)
+            # over: this kind's failure, every failure after a write succeeds, and any failure of a server that did
+            # not answer (it answers now)
+            self._problems = {} if kind == "write" else {
+                k: (text, unreachable) for k, (text, unreachable) in self._problems.items()
+                if k != kind and not unreachable}
             return result
 
     @property

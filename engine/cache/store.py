@@ -9,7 +9,7 @@ hands them back as checked ``CacheRecord`` values, and knows nothing about embed
 :func:`engine.cache.stores.open_store` picks one from a location.
 
 A store raises :class:`StoreUnavailable` when it cannot be reached or written (Redis down, disk read-only or
-full), and skips a malformed record (``get`` gives None); anything else it raises is a bug and propagates.
+full; :class:`StoreUnreachable` when the server did not answer), and skips a malformed record (``get`` gives None); anything else it raises is a bug and propagates.
 """
 from __future__ import annotations
 
@@ -29,6 +29,11 @@ Change: TypeAlias = tuple[str, str]
 
 class StoreUnavailable(RuntimeError):
     """The storage cannot be used right now; the message is safe to show (no passwords)."""
+
+
+class StoreUnreachable(StoreUnavailable):
+    """The server did not answer (down, too slow). Unlike a full disk or a refused write, this is over as soon
+    as any verb reaches the server again: a read that succeeds clears a write that failed this way."""
 
 
 class StoreReadOnly(StoreUnavailable):

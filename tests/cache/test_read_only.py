@@ -133,3 +133,17 @@ def test_launch_serves_a_read_only_cache_dir_with_a_note(launch, monkeypatch, tm
         cache.close()
     out = capsys.readouterr().out
     assert "read-only" in out and "new answers are not stored" in out and "disabled" not in out
+
+
+def test_a_refused_write_stays_a_warning_after_a_read_succeeds(tmp_path):
+    """A store that answers but refuses writes is not over when a read succeeds (unlike a Redis server that did
+    not answer, tests/cache/test_redis_cache.py)."""
+    from engine.cache.disk_store import DiskStore
+    from engine.cache.readonly_store import ReadOnlyDiskStore
+
+    with SemanticCache(DiskStore(tmp_path), PrefixBlindEmbedder()) as writable:
+        assert writable.store("kept", SCOPE, "an answer", [1, 2, 3], complete=True)
+    cache = SemanticCache(ReadOnlyDiskStore(tmp_path, "read-only for this test"), PrefixBlindEmbedder())
+    assert cache.store("refused", SCOPE, "an answer", [1, 2], complete=True) is False and cache.problem
+    assert cache.lookup("kept", SCOPE).outcome == "exact"
+    assert "read-only" in cache.problem, "a read succeeding says nothing about writes being refused"

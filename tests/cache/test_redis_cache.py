@@ -152,6 +152,26 @@ def test_redis_killed_mid_session_then_restarted(redis_kind):
         server.stop()
 
 
+def test_a_write_lost_to_an_outage_is_no_warning_once_a_read_reaches_redis(redis_kind):
+    """An instance whose answers after the outage are all hits or all cut writes nothing: the write that failed
+    while Redis was down must not stay as the cache's warning once its reads reach Redis again."""
+    server = RedisServer(redis_kind).start()
+    clock = FakeClock()
+    try:
+        cache = SemanticCache(RedisStore(server.url, namespace="lost-write", clock=clock, retry_after_s=5),
+                              PrefixBlindEmbedder())
+        _store(cache, "before the outage")
+        server.stop()
+        assert _store(cache, "during the outage") is False
+        assert "unreachable" in cache.problem
+        server.start()
+        clock.now += 5
+        assert cache.lookup("anything", SCOPE).outcome == "miss"  # a read, no write
+        assert cache.problem == "" and cache.stats().warning == ""
+    finally:
+        server.stop()
+
+
 def test_redis_down_at_start_then_coming_up(redis_kind):
     server = RedisServer(redis_kind)  # not started yet
     clock = FakeClock()

@@ -142,9 +142,10 @@ def _bulk_store(location: str, namespace: str | None, build_ef: int | None = Non
     if namespace is None:
         return open_store(location)
     from engine.cache.redis_store import RedisStore
-    from engine.cache.redis_vectors import BUILD_EF
+    from engine.cache.redis_vectors import VectorSettings
 
-    return RedisStore(location, namespace=namespace, max_entries=10**9, timeout_s=60, build_ef=build_ef or BUILD_EF)
+    return RedisStore(location, namespace=namespace, max_entries=10**9, timeout_s=60,
+                      vectors=VectorSettings(build_ef=store_build_ef(build_ef)))
 
 
 def store_build_ef(build_ef: int | None) -> int:

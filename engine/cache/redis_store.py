@@ -16,7 +16,7 @@ The similarity search runs where the server allows, decided once, at the first c
   since the last id it saw (or reloads all after a gap).
 
 No call waits long on a dead server: 0.5 s socket timeouts, no retries inside redis-py, and after a failure
-every call fails at once (:class:`StoreUnavailable`) until ``retry_after_s`` has passed.
+every call fails at once (StoreUnreachable: no answer; StoreUnavailable: refused) until ``retry_after_s`` passed.
 """
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from engine.cache.records import BadRecord, CacheRecord, mask_url
-from engine.cache.redis_vectors import BUILD_EF, VectorSets, has_vector_sets
-from engine.cache.store import Change, StoreUnavailable, Token
+from engine.cache.redis_vectors import VectorSets, VectorSettings, has_vector_sets
+from engine.cache.store import Change, StoreUnavailable, StoreUnreachable, Token
 from engine.errors import InvalidSettingError
 
 log = logging.getLogger(__name__)
@@ -69,10 +69,10 @@ class RedisStore:
 
     def __init__(self, url: str, namespace: str = DEFAULT_NAMESPACE, max_entries: int = DEFAULT_MAX_ENTRIES,
                  retry_after_s: float = RETRY_AFTER_S, clock=time.monotonic, timeout_s: float = SOCKET_TIMEOUT_S,
-                 build_ef: int = BUILD_EF):
+                 vectors: VectorSettings = VectorSettings()):
         """Connects lazily: a server that is down is StoreUnavailable at the first call, not here. A bad
         namespace or URL is InvalidSettingError (the message masks the password). ``timeout_s`` and
-        ``build_ef`` (the vector sets' insert EF) are for bulk loads such as the bench."""
+        ``vectors`` (how the vector sets are built) are for bulk loads such as the bench."""
         if not _NAMESPACE.match(namespace):
             raise InvalidSettingError(f"cache namespace must be 1-64 letters, digits, '_', '.', '-', got {namespace!r}")
         if max_entries < 1:
@@ -86,9 +86,9 @@ class RedisStore:
                                                 retry_on_timeout=False, decode_responses=False)
         except ValueError as err:  # redis-py's URL parsing: a bad port, scheme or query option
             raise InvalidSettingError(f"bad cache URL {mask_url(url)}: {err}") from None
-        self._clock, self._retry_at, self._down = clock, float("-inf"), ""
+        self._clock, self._retry_at, self._down, self._failure = clock, float("-inf"), "", StoreUnavailable
         self._vectors: VectorSets | None = None  # set at the first connection when the server has vector sets
-        self._build_ef = int(build_ef)
+        self._vector_settings = vectors
         self.search = ""  # which search path runs, once connected
         self._writes = 0
 
@@ -96,10 +96,9 @@ class RedisStore:
         return ":".join((self.namespace, *parts))
 
     def _run(self, fn):
-        """fn(client); a server that cannot be used -> StoreUnavailable, and fail fast until the back-off has
-        passed."""
+        """fn(client); a server that cannot be used -> StoreUnavailable, and fail fast until the back-off passed."""
         if self._clock() < self._retry_at:
-            raise StoreUnavailable(self._down)
+            raise self._failure(self._down)
         try:
             if not self.search:
                 self._detect(self._client)
@@ -108,16 +107,17 @@ class RedisStore:
             detail = f"{type(err).__name__}: {err}"
             if self._secret:
                 detail = detail.replace(self._secret, "***")
-            state = "unreachable" if isinstance(err, _UNREACHABLE) else "refusing commands"
+            self._failure = StoreUnreachable if isinstance(err, _UNREACHABLE) else StoreUnavailable
+            state = "unreachable" if self._failure is StoreUnreachable else "refusing commands"
             self._down = f"Redis at {self.location} {state} ({detail}); retrying every {self.retry_after_s:g} s"
             self._retry_at = self._clock() + self.retry_after_s
-            raise StoreUnavailable(self._down) from err
+            raise self._failure(self._down) from err
 
     def _detect(self, c) -> None:
         """Which search path runs, asked once; logged and kept in ``search``."""
         version = _text(c.info("server").get("redis_version", "?"))
         if has_vector_sets(c):
-            self._vectors = VectorSets(self._k, self._build_ef)
+            self._vectors = VectorSets(self._k, self._vector_settings)
             self.search = f"Redis {version} vector set"
         else:
             self.search = f"Redis {version}: in-memory index"

@@ -4,7 +4,7 @@ Redis store adds to its writes, and the orphan cleanup.
 Layout under the namespace ``ns``, next to the records (see :mod:`engine.cache.redis_store`):
 
 - ``ns:v:<scope>``: one vector set per scope (a lookup never crosses scopes, and a small scope is never
-  searched through a large one); element = entry key, int8-quantised (``Q8``, 4x smaller than float32);
+  searched through a large one); element = entry key, int8-quantised by default (``Q8``, 4x smaller than float32: :class:`VectorSettings`);
 - ``ns:scope``: hash entry key -> scope, so that an evicted or expired entry's vector can be found.
 
 Vector-set elements have no TTL. A record that expires leaves its vector behind until one of these removes
@@ -19,15 +19,41 @@ from __future__ import annotations
 import base64
 import json
 
+from dataclasses import dataclass
+
 import numpy as np
 import redis
 from redis.commands.vectorset.commands import QuantizationOptions
 
-QUANTISATION = QuantizationOptions.Q8
+from engine.errors import InvalidSettingError
+
 # HNSW exploration factor of an insert: 100 inserts twice as fast as the default 200 (on 2 busy cores), and
 # lookups at EF >= 50 still found what the exact scan finds on every eval pair; at 40 they did not, even at
 # EF 800 (bench.cache.evaluate --exactness, docs/cache.md). CAS lets the server search the neighbours in a thread.
 BUILD_EF = 100
+LINKS = 16  # HNSW M, Redis's default: links per node (memory and insert time grow with it, recall too)
+QUANTISATIONS = {"q8": QuantizationOptions.Q8, "noquant": QuantizationOptions.NOQUANT, "bin": QuantizationOptions.BIN}
+
+
+@dataclass(frozen=True)
+class VectorSettings:
+    """How a vector set is built: insert EF, links per node (M) and the stored vectors' quantisation (int8 ``q8``:
+    4x smaller than float32 ``noquant``). A set keeps the quantisation it was made with; the bench varies these
+    (bench/cache/recall.py)."""
+    build_ef: int = BUILD_EF
+    links: int = LINKS
+    quantization: str = "q8"
+
+    def __post_init__(self):
+        if self.quantization not in QUANTISATIONS:
+            raise InvalidSettingError(f"vector quantisation must be one of {', '.join(QUANTISATIONS)}, "
+                                      f"got {self.quantization!r}")
+        for name in ("build_ef", "links"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and 2 <= value <= 4096):
+                raise InvalidSettingError(f"vector-set {name} must be an integer in 2-4096, got {value!r}")
+
+
 SWEEP_CHUNK = 200  # hash fields checked per sweep step (a step runs every 100 writes)
 # drop each (key, vector set) pair whose record is gone: KEYS = hash, order, then entry key and vector set
 # per element; ARGV = the elements
@@ -61,8 +87,8 @@ def has_vector_sets(client) -> bool:
 class VectorSets:
     """The vector-set commands of one namespace. ``k(*parts)`` makes the namespace's key names."""
 
-    def __init__(self, k, build_ef: int = BUILD_EF):
-        self.k, self.build_ef = k, int(build_ef)
+    def __init__(self, k, settings: VectorSettings = VectorSettings()):
+        self.k, self.settings = k, settings
         self.scopes = k("scope")
         self._forget = None
         self._sweep_cursor = 0
@@ -78,7 +104,9 @@ class VectorSets:
         except (ValueError, TypeError, KeyError):
             return  # not a cache record: stored as text, never found by similarity (and moved aside when read)
         pipe.hset(self.scopes, key, scope)
-        pipe.vset().vadd(self.vset(scope), blob, key, cas=True, quantization=QUANTISATION, ef=self.build_ef)
+        built = self.settings
+        pipe.vset().vadd(self.vset(scope), blob, key, cas=True, quantization=QUANTISATIONS[built.quantization],
+                         ef=built.build_ef, numlinks=built.links)
 
     def remove(self, pipe, pairs: list[tuple[str, str | None]]) -> None:
         """Queue removing the vectors of (entry key, scope) pairs; scope None: the entry had no vector."""

@@ -117,6 +117,7 @@ def test_redis_killed_then_restarted_fails_no_chat(shared):
     # reads can show it that Redis is back (a write lost to the outage must not stay its warning)
     wait_until(lambda: _chat(one, "Write a long story about a lighthouse.", max_new_tokens=2)["cache"]["reason"] == ""
                and "cache-warning" not in _cache_summary(one), RECOVERY_S, "instance one to use Redis again")
-    assert _chat(one, "Reply with just the word maybe.")["finish_reason"] == "eos"
-    assert _chat(two, "Reply with just the word maybe.")["cache"]["outcome"] == "exact"
+    # a finished answer is stored again and shared: the restarted Redis lost the first test's one
+    assert _chat(one, "Reply with just the word yes.")["finish_reason"] == "eos"
+    assert _chat(two, "Reply with just the word yes.")["cache"]["outcome"] == "exact"
     assert all("Traceback" not in log.read_text() for log in logs)

@@ -33,7 +33,7 @@ EXAMPLES = (
 # P(yes) above which a model's verdict serves a hit, per (model, precision): quantisation shifts P(yes), so a
 # threshold holds only for the precision it was measured at. bf16: chosen from P(yes) on the pairs of
 # tests/data/paraphrases.jsonl and tests/data/paraphrases_heldout2.jsonl. The CPU precisions auto picks
-# (int8-weight, int4): proposed by `python -m bench.cache.calibrate` on tests/data/paraphrases_calib_cpu.jsonl
+# (int8-weight, int4, gguf): proposed by `python -m bench.cache.calibrate` on tests/data/paraphrases_calib_cpu.jsonl
 # (0.05 above the highest near-miss the judge is asked about), then measured on the held-out files
 # (docs/cache.md, "Direct mode"). A (model, precision) without an entry never judges: an uncalibrated verdict
 # could serve a wrong answer, so the hits it would have judged are verified by the target instead (see
@@ -43,6 +43,9 @@ YES_THRESHOLDS: dict[tuple[str, str], float] = {
     ("qwen2.5-coder-0.5b-instruct", "bf16"): 0.7,
     ("qwen2.5-coder-1.5b-instruct", "int8-weight"): 0.85,
     ("qwen2.5-coder-1.5b-instruct", "int4"): 0.85,
+    # gguf (llama.cpp): proposed 0.82 on an AVX2 CPU and 0.83 on an AVX-512 one (llama.cpp's kernels differ by
+    # CPU kind, and so does P(Yes) a little): the higher holds on both
+    ("qwen2.5-coder-1.5b-instruct", "gguf"): 0.83,
 }
 
 
@@ -53,6 +56,8 @@ CANNOT_JUDGE: dict[tuple[str, str], str] = {
                                                     "(both 0.50-0.76, measured)",
     ("qwen2.5-coder-0.5b-instruct", "int4"): "its P(Yes) does not separate paraphrases from near-misses "
                                              "(both 0.47-0.76, measured)",
+    ("qwen2.5-coder-0.5b-instruct", "gguf"): "its P(Yes) does not separate paraphrases from near-misses "
+                                             "(0.48-0.74 against 0.50-0.74, measured)",
 }
 
 

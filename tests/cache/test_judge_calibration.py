@@ -78,7 +78,20 @@ def test_calibrate_scores_every_pair_with_the_real_model(tmp_path, capsys):
     assert "proposed threshold" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("name", QWEN)
+def test_the_precision_auto_picks_with_llama_cpp_is_calibrated_or_measured_unable(name):
+    """With llama-cpp-python installed auto gives gguf on a CPU: the default target judges there, the 0.5B says why
+    it does not."""
+    target = SimpleNamespace(name=name, precision="gguf")
+    if name == QWEN[0]:
+        assert 0.5 < YES_THRESHOLDS[(name, "gguf")] < 1 and uncalibrated_note(target) == ""
+    else:
+        assert (name, "gguf") in CANNOT_JUDGE and (name, "gguf") not in YES_THRESHOLDS
+        assert "its P(Yes) does not separate paraphrases from near-misses" in uncalibrated_note(target)
+
+
 @pytest.mark.parametrize("precision, words", [("int8-weight", "judges near-hits the guards stop (serves at P(Yes) \u2265 0.85"),
+                                              ("gguf", "at gguf judges near-hits the guards stop (serves at P(Yes) \u2265 0.83"),
                                               ("nf4", "no paraphrase-judge calibration for qwen2.5-coder-1.5b-instruct at nf4")])
 def test_the_cache_panel_says_in_words_whether_direct_mode_judges(precision, words):
     from app.tabs.cache import cache_summary_html
@@ -88,4 +101,4 @@ def test_the_cache_panel_says_in_words_whether_direct_mode_judges(precision, wor
     line = judge_line(SimpleNamespace(name=QWEN[0], precision=precision))
     assert words in line
     html = cache_summary_html(CacheInfo(available=True, judge=line), CacheStats(entries=0))
-    assert 'class="cache-judge"' in html and "P(Yes) \u2265 0.85" in html if precision == "int8-weight" else "nf4" in html
+    assert 'class="cache-judge"' in html and words.split("(serves at ")[-1] in html

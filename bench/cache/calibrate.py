@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     with arguments_checked(parser):
-        pairs = [p for path in args.pairs.split(",") for p in load_pairs(path)]
+        pairs = load_pairs(args.pairs)
         check_judge(args)
     from engine.cache.judge import LLMJudge, calibrated_threshold
     from engine.models.loading import load_model, quiet_library_logs

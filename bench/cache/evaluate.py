@@ -37,8 +37,9 @@ EVAL_SCOPE = make_scope("eval-target", "bf16", SamplingConfig(), "", [])
 PLACEHOLDER = "<cached answer>"
 
 
-def load_pairs(path: str | Path) -> list[dict]:
-    return read_jsonl(path, ("a", "b", "same"))
+def load_pairs(paths: str) -> list[dict]:
+    """The labelled pairs of one JSONL file, or of several named comma-separated, in order."""
+    return [p for path in paths.split(",") for p in read_jsonl(path, ("a", "b", "same"))]
 
 
 def precision_recall(predicted: list[bool], truth: list[bool]) -> tuple[float | None, float | None]:
@@ -208,7 +209,7 @@ def checked_pairs(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error("give --pairs FILE.jsonl and/or --latency")
     with arguments_checked(parser):
         CacheConfig(mode="direct", threshold=args.threshold)
-        pairs = [p for path in args.pairs.split(",") for p in load_pairs(path)] if args.pairs else None
+        pairs = load_pairs(args.pairs) if args.pairs else None
         if args.judge:
             check_judge(args)
         if args.exactness and not (args.pairs and args.cache_url):

@@ -50,7 +50,8 @@ class IdentityCheck:
         pos, width, row = self.first_unequal or (0, 0, 0)
         return (f"identical up to rounding ties (max drift {self.max_drift_steps:.1f} steps): "
                 f"{self.rows_equal}/{self.rows} rows equal, first unequal at width {width} row {row}, "
-                f"position {pos} ({span})")
+                f"position {pos} ({span}); so at a near-tie a greedy answer can follow the verify width, which the "
+                f"adaptive k picks from timings: the same prompt may get another answer on a busy machine")
 
 
 def measure_identity(runner: Runner, text_ids: list[int], precision: str, widths: tuple[int, ...] = CHECK_WIDTHS,

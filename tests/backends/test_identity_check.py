@@ -49,6 +49,7 @@ def test_a_runner_whose_rows_depend_on_the_batch_is_found_out():
     assert check.first_unequal is not None
     text = check.describe()
     assert text.startswith("identical up to rounding ties (max drift") and f"/{check.rows} rows equal" in text
+    assert "the same prompt may get another answer on a busy machine" in text  # the pair line and race mode say it
 
 
 def test_the_check_leaves_the_runner_empty_and_repeats_a_short_prompt():

@@ -139,8 +139,9 @@ def format_report(r: dict) -> str:
              f"{r['rss_empty_mb']:.0f} MB on an empty store, {r['rss_full_mb']:.0f} MB on this one",
              f"{'EF':>6} {'self-recall':>12} {'same outcome':>13} {'hit p50/p99 ms':>16} {'new p50/p99 ms':>16}"]
     for ef, row in r["by_ef"].items():
+        (hit50, hit99), (new50, new99) = row["hit_ms"], row["miss_ms"]
         lines.append(f"{ef:>6} {row['self_recall']:>12.3f} {row['same']:>6}/{r['pairs']:<6} "
-                     f"{row['hit_ms'][0]:>7.2f}/{row['hit_ms'][1]:<8.2f} {row['miss_ms'][0]:>7.2f}/{row['miss_ms'][1]:<8.2f}")
+                     f"{hit50:>7.2f}/{hit99:<8.2f} {new50:>7.2f}/{new99:<8.2f}")
     lines.append(f"(the app looks up at EF {SERVER_EF}, asking for {SERVER_COUNT} neighbours)")
     return "\n".join(lines)
 

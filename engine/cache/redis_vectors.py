@@ -4,7 +4,8 @@ Redis store adds to its writes, and the orphan cleanup.
 Layout under the namespace ``ns``, next to the records (see :mod:`engine.cache.redis_store`):
 
 - ``ns:v:<scope>``: one vector set per scope (a lookup never crosses scopes, and a small scope is never
-  searched through a large one); element = entry key, int8-quantised by default (``Q8``, 4x smaller than float32: :class:`VectorSettings`);
+  searched through a large one); element = entry key, int8-quantised by default (``Q8``, 4x smaller than
+  float32; :class:`VectorSettings`);
 - ``ns:scope``: hash entry key -> scope, so that an evicted or expired entry's vector can be found.
 
 Vector-set elements have no TTL. A record that expires leaves its vector behind until one of these removes
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import json
-
 from dataclasses import dataclass
 
 import numpy as np

@@ -93,8 +93,7 @@ class SemanticCache:
         self._index: Index | None = None  # chosen once the store answers (index_for)
         self._counts: Counter = Counter()
         self._saved_s = 0.0
-        # "read"/"write" -> (the last failure of that kind, whether the server did not answer), until it is over
-        self._problems: dict[str, tuple[str, bool]] = {}
+        self._problems: dict[str, StoreUnavailable] = {}  # "read"/"write" -> the last failure of that kind, until over
         self._lock = threading.RLock()  # one instance may serve several UI threads
         self._safely("open", lambda: self._ready().refresh(), None)
 
@@ -106,7 +105,7 @@ class SemanticCache:
         """Why the store failed lately ("" when healthy); shown in stats() and the cache panel. A write that failed
         because the server did not answer is over once any verb reaches it; any other failed write stays until a
         write succeeds (a read succeeding says nothing about a full disk)."""
-        return "; ".join(dict.fromkeys(text for text, _ in self._problems.values()))
+        return "; ".join(dict.fromkeys(map(str, self._problems.values())))
 
     def _safely(self, what: str, fn, fallback):
         """fn under the lock. An unavailable store gives ``fallback`` and a warning, never an exception."""
@@ -115,17 +114,16 @@ class SemanticCache:
             try:
                 result = fn()
             except StoreUnavailable as err:
-                if self._problems.get(kind, ("",))[0] != str(err):
+                if str(self._problems.get(kind, "")) != str(err):
                     log.warning("semantic cache %s failed: %s", what, err)
-                self._problems[kind] = (str(err), isinstance(err, StoreUnreachable))
+                self._problems[kind] = err
                 if self._index is not None:
                     self._index.invalidate()  # reload everything once the store is back
                 return fallback
             # over: this kind's failure, every failure after a write succeeds, and any failure of a server that did
             # not answer (it answers now)
             self._problems = {} if kind == "write" else {
-                k: (text, unreachable) for k, (text, unreachable) in self._problems.items()
-                if k != kind and not unreachable}
+                k: err for k, err in self._problems.items() if k != kind and not isinstance(err, StoreUnreachable)}
             return result
 
     @property

@@ -9,7 +9,8 @@ hands them back as checked ``CacheRecord`` values, and knows nothing about embed
 :func:`engine.cache.stores.open_store` picks one from a location.
 
 A store raises :class:`StoreUnavailable` when it cannot be reached or written (Redis down, disk read-only or
-full; :class:`StoreUnreachable` when the server did not answer), and skips a malformed record (``get`` gives None); anything else it raises is a bug and propagates.
+full; :class:`StoreUnreachable` when the server did not answer), and skips a malformed record (``get`` gives
+None); anything else it raises is a bug and propagates.
 """
 from __future__ import annotations
 

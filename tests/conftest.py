@@ -50,11 +50,11 @@ def require_llama_binary(name: str) -> Path:
 
 @pytest.fixture(scope="session")
 def llama_cpp() -> None:
-    """llama-cpp-python (the ``gguf`` extra) for the llama.cpp runner's tests. Missing: they skip, unless
+    """llama-cpp-python (a dependency, built at install) for the llama.cpp runner's tests. Missing: they skip, unless
     SPECLENS_REQUIRE_GGUF=1 (CI), where they fail."""
     from engine.backends.llama_cpp import llama_cpp_available
     if not llama_cpp_available():
-        missing_binary("llama-cpp-python", "pip install '.[gguf]', recipe in the README", "SPECLENS_REQUIRE_GGUF")
+        missing_binary("llama-cpp-python", "a dependency: pip install -e . builds it", "SPECLENS_REQUIRE_GGUF")
 
 
 @pytest.fixture(scope="session")

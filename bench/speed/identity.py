@@ -1,13 +1,14 @@
 """Which runner settings keep a verify row the same as the token fed alone, on this machine, and at what speed.
 
-    python -m bench.speed.identity [--model NAME] [--precision gguf] [--widths 2-16] [--positions 24,256]
-                                   [--json OUT]
+    python -m bench.speed.identity [--model NAME] [--precision gguf] [--widths 2-17]
+                                   [--positions 24,256,1024,4096] [--json OUT]
 
-The load-time check (engine/decode/identity.py) on one model, per setting: for ``gguf``, llama.cpp's flash
-attention on/off times weight repacking on/off (each a fresh load of the file); for a torch precision, the one
-way it loads. Prints per setting the rows equal out of rows compared at each width and position, the largest
-drift (rounding steps of the top logit), and the median milliseconds of a one-token forward, so a
-bit-identical setting can be weighed against a faster one.
+The load-time check (engine/decode/identity.py) on one model, per setting: for ``gguf``, each of
+``GGUF_SETTINGS`` (flash attention, weight repacking, the KV cache's K and V types; each a fresh load of the
+file); for a torch precision, the one way it loads. Prints per setting the rows equal out of rows compared at
+each width and position, the largest drift (rounding steps of the top logit), the median milliseconds of a
+one-token forward and t(n), a forward of n tokens in one-token forwards, so a bit-identical setting can be
+weighed against a faster one.
 """
 from __future__ import annotations
 
@@ -27,7 +28,10 @@ from engine.models.sources import gguf_file
 from engine.models.loading import check_source, load_model, load_tokenizer, quiet_library_logs, runner_for
 from engine.models.prompt import template_ids
 
-GGUF_SETTINGS = [(flash, repack) for flash in (True, False) for repack in (False, True)]
+GGUF_SETTINGS = [  # (flash attention, repack, K type, V type): the app's default first, llama-server's second
+    (True, False, "f16", "bf16"), (True, True, "f16", "f16"), (True, False, "f16", "f16"),
+    (True, True, "f16", "bf16"), (True, False, "q8_0", "q8_0"), (False, False, "f16", "f16")]
+COST_WIDTHS = (2, 4, 8)  # t(n) columns
 
 
 def parse_widths(text: str) -> tuple[int, ...]:
@@ -52,16 +56,26 @@ def parse_positions(text: str) -> tuple[int, ...]:
     return positions
 
 
-def single_token_ms(runner, ids: list[int], repeats: int = 5) -> float:
+def forward_ms(runner, ids: list[int], widths: tuple[int, ...] = (1, *COST_WIDTHS), repeats: int = 5) -> dict:
+    """Median milliseconds of a forward of n tokens after ``SHORT_POSITION`` prompt tokens, for each n in
+    ``widths``, the widths interleaved per repeat."""
     runner.reset()
     runner.forward(ids[:SHORT_POSITION], n_logits=1)
-    times = []
-    for i in range(repeats):
-        start = time.perf_counter()
-        runner.forward([ids[SHORT_POSITION + i]], n_logits=1)
-        times.append(time.perf_counter() - start)
+    runner.forward(ids[SHORT_POSITION:SHORT_POSITION + 1], n_logits=1)  # warm-up
+    times: dict[int, list[float]] = {n: [] for n in widths}
+    for _ in range(repeats):
+        for n in widths:
+            runner.rollback(SHORT_POSITION)
+            start = time.perf_counter()
+            runner.forward(ids[SHORT_POSITION:SHORT_POSITION + n], n_logits=n)
+            times[n].append(time.perf_counter() - start)
     runner.reset()
-    return statistics.median(times) * 1e3
+    return {n: statistics.median(t) * 1e3 for n, t in times.items()}
+
+
+def setting_label(setting: tuple[bool, bool, str, str]) -> str:
+    flash, repack, cache_k, cache_v = setting
+    return f"flash {'on' if flash else 'off'}, repack {'on' if repack else 'off'}, K {cache_k} V {cache_v}"
 
 
 def measure_settings(model: str, precision: str, widths: tuple[int, ...], positions: tuple[int, ...]) -> list[dict]:
@@ -74,15 +88,19 @@ def measure_settings(model: str, precision: str, widths: tuple[int, ...], positi
             runner, label = runner_for(loaded), precision
         else:
             from engine.backends.llama_cpp import GgufModel, GgufSettings
-            flash, repack = setting
-            gguf = GgufModel(gguf_file(model), GgufSettings(flash_attn=flash, repack=repack))
-            runner = gguf.runner(loaded.vocab_size)
-            label = f"gguf flash {'on' if flash else 'off'}, repack {'on' if repack else 'off'}"
+            flash, repack, cache_k, cache_v = setting
+            gguf = GgufModel(gguf_file(model), GgufSettings(flash_attn=flash, repack=repack, cache_k=cache_k,
+                                                            cache_v=cache_v))
+            runner, label = gguf.runner(loaded.vocab_size), setting_label(setting)
         check = measure_identity(runner, ids, precision, widths, positions)
+        costs = forward_ms(runner, ids)
         rows.append({"setting": label, "rows_equal": check.rows_equal, "rows": check.rows,
                      "max_drift_steps": check.max_drift_steps, "identical": check.identical,
-                     "first_unequal": check.first_unequal, "single_token_ms": single_token_ms(runner, ids),
-                     "unequal_widths": [f"{pos}/{width}" for pos, width in check.unequal]})
+                     "first_unequal": check.first_unequal, "single_token_ms": costs[1],
+                     "t_n": {n: costs[n] / costs[1] for n in COST_WIDTHS},
+                     "unequal_widths": [f"{pos}/{width}" for pos, width in check.unequal],
+                     "equal_by_position": check.equal_by_position})
+        del runner
     return rows
 
 
@@ -90,8 +108,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.speed.identity", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_TARGET)
     parser.add_argument("--precision", default="gguf", help="gguf (all four llama.cpp settings) or a torch precision")
-    parser.add_argument("--widths", default="2-16", help="verify widths, e.g. 2-16 or 2,3,5")
-    parser.add_argument("--positions", default=f"{SHORT_POSITION},{LONG_POSITION}",
+    parser.add_argument("--widths", default="2-17", help="verify widths, e.g. 2-17 or 2,3,5")
+    parser.add_argument("--positions", default=f"{SHORT_POSITION},{LONG_POSITION},1024,4096",
                         help="tokens of the prompt in the cache before each verify")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
@@ -102,11 +120,14 @@ def main(argv: list[str] | None = None) -> None:
         positions = parse_positions(args.positions)
     quiet_library_logs()
     rows = measure_settings(args.model, args.precision, widths, positions)
-    print(f"{'setting':<32} {'rows equal':>12} {'max drift':>10} {'1-token ms':>11}  unequal (position/width)")
+    print(f"{'setting':<38} {'rows equal':>12} {'by position':<24} {'max drift':>9} {'1-token ms':>10} "
+          + " ".join(f"{f't({n})':>5}" for n in COST_WIDTHS) + "  unequal (position/width)")
     for r in rows:
         unequal = ", ".join(r["unequal_widths"]) or "none"
-        print(f"{r['setting']:<32} {r['rows_equal']:>5}/{r['rows']:<6} {r['max_drift_steps']:>10.1f} "
-              f"{r['single_token_ms']:>11.1f}  {unequal}")
+        by_position = " ".join(f"{p}:{e}/{n}" for p, (e, n) in r["equal_by_position"].items())
+        print(f"{r['setting']:<38} {r['rows_equal']:>5}/{r['rows']:<6} {by_position:<24} {r['max_drift_steps']:>9.1f} "
+              f"{r['single_token_ms']:>10.1f} " + " ".join(f"{r['t_n'][n]:>5.2f}" for n in COST_WIDTHS)
+              + f"  {unequal}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": args.model, "widths": widths, "positions": positions, "rows": rows}, f, indent=1)

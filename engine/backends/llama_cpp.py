@@ -7,8 +7,10 @@ cache) from a pool. A runner let go of returns its context with the tokens it st
 of the same model resumes from them (``Runner.resume``): a chat's next turn prefills only what is new, as
 llama-server's ``cache_prompt`` does, and a chat in another tab costs a re-prefill.
 
-Settings (``GgufSettings``): flash attention on and weight repacking off by default, the setting measured with the
-most verify rows equal to the same tokens fed alone (docs/models.md has the measurements). Where they are equal on
+Settings (``GgufSettings``): flash attention on, weight repacking off and the KV cache's K in f16 with V in bf16 by
+default, the setting measured with the most verify rows equal to the same tokens fed alone (docs/models.md has the
+measurements: K and V of different types keep flash attention off its split-KV and tiled paths, which treat one
+row and several differently). Where they are equal on
 this machine is measured at load like every runner's (engine/decode/identity.py).
 """
 from __future__ import annotations
@@ -28,14 +30,19 @@ from engine.errors import MissingDependencyError, ModelFormatError
 
 GGUF = "gguf"
 LOG_ENV = "SPECLENS_LLAMA_LOG"  # "1": llama.cpp's own log on stderr (silent otherwise)
-INSTALL_HINT = 'pip install -e ".[gguf]" (builds llama.cpp from source; see README)'
+INSTALL_HINT = "'pip install llama-cpp-python==0.3.36' (builds llama.cpp for this CPU: docs/models.md)"
 _LOG_CALLBACK = None  # kept alive: llama.cpp calls it for every log line
+
+
+KV_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "bf16": 30}  # ggml_type's values for the KV cache's K and V tensors
 
 
 @dataclass(frozen=True)
 class GgufSettings:
     flash_attn: bool = True
     repack: bool = False  # llama.cpp's "extra buffer types": repacked weights for its wider GEMMs
+    cache_k: str = "f16"  # the KV cache's element types (KV_TYPES): K and V of different types keep flash attention
+    cache_v: str = "bf16"  # on the path that handles every row alike (docs/models.md)
     n_ctx: int = 8192  # tokens per context (each runner's KV cache), at most the model's training context
     threads: int | None = None  # None: the physical cores (physical_cores), as torch's default thread count
 
@@ -100,7 +107,8 @@ class GgufModel:
     def describe(self) -> str:
         flash = "on" if self.settings.flash_attn else "off"
         return (f"{self.kind} {self.threads} threads, flash attention {flash}, repack "
-                f"{'on' if self.settings.repack else 'off'}, {self.n_ctx}-token contexts")
+                f"{'on' if self.settings.repack else 'off'}, KV cache K {self.settings.cache_k} V "
+                f"{self.settings.cache_v}, {self.n_ctx}-token contexts")
 
     def weight_bytes(self) -> int:
         """The GGUF file's size: llama.cpp maps its weights as they are stored."""
@@ -144,17 +152,23 @@ class GgufModel:
         with self._lock:
             self._idle.append((ctx, batch, tokens))
 
-    def _new_context(self):
+    def context_params(self):
+        """llama.cpp's context parameters for this model's settings (bench/speed/node_diff.py adds an eval
+        callback to them)."""
         lib, params = self.lib, self.lib.llama_context_default_params()
         params.n_ctx = params.n_batch = self.n_ctx  # one llama_decode per forward: only its logits stay readable
         params.n_threads = params.n_threads_batch = self.threads
         params.flash_attn_type = (lib.LLAMA_FLASH_ATTN_TYPE_ENABLED if self.settings.flash_attn
                                   else lib.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+        params.type_k, params.type_v = KV_TYPES[self.settings.cache_k], KV_TYPES[self.settings.cache_v]
         params.no_perf = True
-        ctx = lib.llama_init_from_model(self.model, params)
+        return params
+
+    def _new_context(self, params=None):
+        ctx = self.lib.llama_init_from_model(self.model, params or self.context_params())
         if not ctx:
             raise MemoryError(f"llama.cpp could not make a {self.n_ctx}-token context for {self.path.name}")
-        return ctx, lib.llama_batch_init(self.n_ctx, 0, 1)
+        return ctx, self.lib.llama_batch_init(self.n_ctx, 0, 1)
 
     def tokenize(self, text: str, special: bool = True) -> list[int]:
         """llama.cpp's own tokenizer (tests compare it with the HF tokenizer's ids); ``special``: markers in

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from engine.backends.contract import Runner
 from engine.precision import rounding_step
 
-# The verify widths (k + 1) checked: every k up to 5, where the adaptive k spends nearly all its steps on a CPU,
-# then k = 8 and the widest model draft (k_max 16). Its cost grows with the target's size (docs/models.md).
-CHECK_WIDTHS = (2, 3, 4, 5, 6, 9, 17)
+# The verify widths (k + 1) checked: every k up to 7, where the adaptive k spends nearly all its steps on a CPU and
+# where llama.cpp's K-quant matmul changes kernel (its tiled path from 8 rows), then k = 8 and the widest model draft
+# (k_max 16). Its cost grows with the target's size (docs/models.md).
+CHECK_WIDTHS = (2, 3, 4, 5, 6, 7, 8, 9, 17)
 SHORT_POSITION, LONG_POSITION = 24, 256  # tokens of the prompt in the cache before each verify
 
 
@@ -36,10 +37,30 @@ class IdentityCheck:
     seconds: float
     where: str = ""  # the runner and machine it ran on, e.g. "cpu, speclens-row-exact attention"
     unequal: tuple[tuple[int, int], ...] = ()  # every (position, width) with an unequal row
+    position_rows: tuple[tuple[int, int, int], ...] = ()  # (position, rows equal, rows) for each position
+
+    @property
+    def equal_by_position(self) -> dict[int, tuple[int, int]]:
+        return {pos: (equal, rows) for pos, equal, rows in self.position_rows}
 
     @property
     def identical(self) -> bool:
         return self.rows > 0 and self.rows_equal == self.rows
+
+    @property
+    def identical_width(self) -> int:
+        """The widest verify such that every checked width up to it had every row equal at every position (0:
+        not even the narrowest)."""
+        if not self.rows:
+            return 0
+        first_unequal = min((width for _, width in self.unequal), default=None)
+        return max((w for w in self.widths if first_unequal is None or w < first_unequal), default=0)
+
+    @property
+    def width_cap(self) -> int | None:
+        """The verify width the adaptive k keeps to so that greedy speculation stays bit-identical: the identical
+        width where only wider verifies differ; None where every width is identical, or none is."""
+        return None if self.identical or self.identical_width < 2 else self.identical_width
 
     def describe(self) -> str:
         if not self.rows:
@@ -48,6 +69,13 @@ class IdentityCheck:
         if self.identical:
             return f"verified bit-identical on this machine: {self.rows}/{self.rows} rows ({span})"
         pos, width, row = self.first_unequal or (0, 0, 0)
+        if self.width_cap:
+            cap = self.width_cap
+            return (f"verified bit-identical on this machine for verify widths up to {cap} (k <= {cap - 1}, which the "
+                    f"adaptive k keeps to) at positions {' and '.join(map(str, self.positions))}; from width "
+                    f"{min(w for _, w in self.unequal)} identical up to rounding ties (max drift "
+                    f"{self.max_drift_steps:.1f} steps, {self.rows_equal}/{self.rows} rows equal): a fixed k above "
+                    f"{cap - 1} may follow the verify width at a near-tie")
         return (f"identical up to rounding ties (max drift {self.max_drift_steps:.1f} steps): "
                 f"{self.rows_equal}/{self.rows} rows equal, first unequal at width {width} row {row}, "
                 f"position {pos} ({span}); so at a near-tie a greedy answer can follow the verify width, which the "
@@ -66,11 +94,15 @@ def measure_identity(runner: Runner, text_ids: list[int], precision: str, widths
         ids += list(text_ids)
     tally = _Tally(precision)
     runner.reset()
+    position_rows = []
     for pos in positions:
+        equal, total = tally.equal, tally.total
         _check_position(runner, ids, pos, widths, tally)
+        position_rows.append((pos, tally.equal - equal, tally.total - total))
     runner.reset()
     return IdentityCheck(tally.equal, tally.total, tuple(widths), tuple(positions), tally.drift, tally.first,
-                         time.perf_counter() - start, where, tuple(dict.fromkeys(tally.unequal)))
+                         time.perf_counter() - start, where, tuple(dict.fromkeys(tally.unequal)),
+                         tuple(position_rows))
 
 
 class _Tally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 
 from engine.config import SamplingConfig, SpecConfig
 from engine.decode.reference import reference_generate
@@ -43,12 +44,24 @@ def make_proposer(spec: SpecConfig, draft: LoadedModel, cached_answer: tuple[int
 
 def start_speculative(target: LoadedModel, draft: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig,
                       spec: SpecConfig, *, costs: StepCosts | None = None, cached_answer: tuple[int, ...] = (),
-                      stream: TokenStream | None = None, cancel: threading.Event | None = None) -> Iterator[Event]:
+                      stream: TokenStream | None = None, cancel: threading.Event | None = None,
+                      width_cap: int | None = None) -> Iterator[Event]:
     """The draft-verify loop on ``target`` and ``draft``. ``costs`` (the pair's step costs measured at load)
-    starts the k policy's cost model; ``stream`` defaults to :func:`token_stream`."""
+    starts the k policy's cost model; ``stream`` defaults to :func:`token_stream`. ``width_cap``: the widest verify
+    the load-time identity check found bit-identical (IdentityCheck.width_cap), which an adaptive k keeps to."""
     stream = stream or token_stream(target, prompt_ids, sampling)
+    spec = within_width(spec, width_cap)
     return speculative_generate(runner_for(target), make_proposer(spec, draft, cached_answer), prompt_ids, stream,
                                 sampling, k_policy=policy_for(spec, costs), cancel=cancel)
+
+
+def within_width(spec: SpecConfig, width_cap: int | None) -> SpecConfig:
+    """An adaptive ``spec`` whose verifies stay within ``width_cap`` tokens (k <= width_cap - 1); a fixed k is the
+    user's choice and is kept."""
+    if not width_cap or not spec.adaptive:
+        return spec
+    most = width_cap - 1
+    return replace(spec, k=min(spec.k, most), k_min=min(spec.k_min, most), k_max=min(spec.k_max, most))
 
 
 def start_reference(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig, *,

@@ -102,6 +102,9 @@ def test_auto_picks_gguf_on_a_cpu_for_gguf_models_and_torch_elsewhere(monkeypatc
     monkeypatch.setattr(sources, "llama_cpp_available", lambda: False)  # the binding not installed
     plan = plan_precisions({"target": (SMOL, None), "draft": (SMOL, None)}, cpu)
     assert "gguf" not in plan.precisions.values()
+    # the pair line and launch.py say that torch runs it, what that costs, and the command that installs the fast path
+    assert "torch on a CPU" in plan.reason and "3x slower" in plan.reason
+    assert "pip install llama-cpp-python==0.3.36" in plan.reason
 
 
 def test_gguf_is_refused_where_it_cannot_run(monkeypatch):
@@ -146,17 +149,19 @@ def test_a_gguf_target_with_a_torch_draft_works(real_models):
 
 
 def test_the_identity_bench_measures_each_llama_cpp_setting(tmp_path, capsys):
-    from bench.speed.identity import main
+    from bench.speed.identity import GGUF_SETTINGS, main, setting_label
     out = tmp_path / "identity.json"
     main(["--model", SMOL, "--precision", "gguf", "--widths", "2-4", "--positions", "8,40", "--json", str(out)])
     rows = json.loads(out.read_text())["rows"]
-    assert [r["setting"] for r in rows] == ["gguf flash on, repack off", "gguf flash on, repack on",
-                                            "gguf flash off, repack off", "gguf flash off, repack on"]
+    assert [r["setting"] for r in rows] == [setting_label(s) for s in GGUF_SETTINGS]
+    assert rows[0]["setting"] == "flash on, repack off, K f16 V bf16"  # the app's default first
     for r in rows:
         assert r["rows"] == 2 * (3 + 4 + 5) and 0 <= r["rows_equal"] <= r["rows"] and r["single_token_ms"] > 0
         assert r["identical"] == (r["rows_equal"] == r["rows"]) and (r["identical"] or r["unequal_widths"])
+        assert sum(equal for equal, _ in r["equal_by_position"].values()) == r["rows_equal"]
+        assert set(r["t_n"]) == {"2", "4", "8"} and all(t > 0 for t in r["t_n"].values())
     printed = capsys.readouterr().out
-    assert "gguf flash off, repack on" in printed and "rows equal" in printed
+    assert "flash off, repack off, K f16 V f16" in printed and "rows equal" in printed and "t(8)" in printed
 
 
 def test_llama_cpps_measured_drift_stays_within_its_tie_bound(smol):

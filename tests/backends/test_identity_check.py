@@ -52,6 +52,35 @@ def test_a_runner_whose_rows_depend_on_the_batch_is_found_out():
     assert "the same prompt may get another answer on a busy machine" in text  # the pair line and race mode say it
 
 
+def _check(unequal: tuple[tuple[int, int], ...], widths=(2, 3, 4, 5, 6, 7, 8, 9, 17)) -> IdentityCheck:
+    rows = 2 * sum(w + 1 for w in widths)
+    bad = sum(w + 1 for _, w in unequal)
+    return IdentityCheck(rows - bad, rows, widths, (24, 256), 1.5 if unequal else 0.0,
+                         (24, unequal[0][1], 0) if unequal else None, 1.0, unequal=unequal)
+
+
+def test_the_widest_identical_verify_caps_an_adaptive_k_and_the_note_says_where_identity_ends():
+    """llama.cpp's K-quant matmul takes its tiled kernel from 8 rows: verifies up to 7 tokens are the tokens fed
+    alone, wider ones only up to ties. The adaptive k then keeps to k <= 6, and the pair line says both."""
+    from engine.config import SpecConfig
+    from engine.start.decoders import within_width
+
+    tiled = _check(((24, 8), (24, 9), (256, 8), (24, 17)))
+    assert tiled.identical_width == 7 and tiled.width_cap == 7 and not tiled.identical
+    note = tiled.describe()
+    assert note.startswith("verified bit-identical on this machine for verify widths up to 7 (k <= 6")
+    assert "from width 8 identical up to rounding ties" in note
+    assert _check(()).width_cap is None and _check(()).identical_width == 17  # all identical: nothing to cap
+    assert _check(((24, 2),)).identical_width == 0 and _check(((24, 2),)).width_cap is None
+    assert _check(((256, 3),)).width_cap == 2  # width 2 alone: k = 1
+
+    adaptive = SpecConfig(k=4, proposer="hybrid", adaptive=True)
+    assert within_width(adaptive, 7) == SpecConfig(k=4, proposer="hybrid", adaptive=True, k_max=6)
+    assert within_width(SpecConfig(k=8, adaptive=True, k_min=7), 7).k_min == 6
+    assert within_width(SpecConfig(k=10), 7) == SpecConfig(k=10)  # a fixed k is the user's choice
+    assert within_width(adaptive, None) == adaptive
+
+
 def test_the_check_leaves_the_runner_empty_and_repeats_a_short_prompt():
     runner = ModelRunner(_tiny("fp32"), 48)
     check = measure_identity(runner, TEXT[:10], "fp32", widths=(2,), positions=(30,))  # 10 ids, repeated to 33

@@ -172,6 +172,8 @@ def load_engine(args: argparse.Namespace, cache_dir: Path):
           f"on {info.device} in {time.perf_counter() - start:.1f} s", flush=True)
     print(f"[speclens] precision: {info.precision_note}; {info.runner}", flush=True)
     print(f"[speclens] identity: {info.identity_note}", flush=True)
+    if info.verify_mode:  # identity up to some verify width: the mode chosen by the measured costs, and each's price
+        print(f"[speclens] {info.verify_mode}: {info.verify_note} (the Pair panel switches it)", flush=True)
     return engine
 
 

@@ -50,6 +50,9 @@ class ChatEngine:
     def info(self) -> PairInfo:
         return self.slot.require().info()
 
+    def set_verify_mode(self, mode: str) -> PairInfo:
+        return self.slot.set_verify(mode).info()
+
     @property
     def target(self) -> LoadedModel:
         return self.slot.require().target

@@ -120,6 +120,10 @@ class CacheConfig:
 
 CACHE_OFF = CacheConfig(mode="off")
 
+# Where the target is bit-identical only up to some verify width: keep an adaptive k within it, or not
+# (engine/serve/verify_mode.py prices each)
+VERIFY_MODES = ("identical", "fastest")
+
 # The one place the defaults live: the UI's controls, /chat and /v1 all start from these.
 DEFAULT_SAMPLING = SamplingConfig()
 DEFAULT_CACHE = CacheConfig()

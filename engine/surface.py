@@ -56,6 +56,10 @@ class PairInfo:
     identity_note: str = ""  # that measurement in words: "verified bit-identical on this machine: 106/106 rows (...)"
     identity_drift_steps: float = 0.0  # the largest drift it found, in rounding steps of the top logit
     runner: str = ""  # what runs the models: "torch, speclens-row-exact attention" or "llama.cpp 2 threads, ..."
+    # where identity holds only up to some verify width: "identical" (an adaptive k keeps to it) or "fastest", and
+    # what each costs (engine/serve/verify_mode.py); "" where there is no such choice
+    verify_mode: str = ""
+    verify_note: str = ""
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,11 @@ class EngineSurface(Protocol):
 
     def info(self) -> PairInfo:
         """The loaded pair; raises NoPairError when none is loaded."""
+        ...
+
+    def set_verify_mode(self, mode: str) -> PairInfo:
+        """``identical`` or ``fastest`` for the loaded pair (PairInfo.verify_note prices each); InvalidSettingError
+        for another mode, or where the pair has no such choice."""
         ...
 
     def generate(self, messages: list[dict], sampling: SamplingConfig, spec: SpecConfig, *,

@@ -12,7 +12,7 @@ from app.settings import model_choices
 from app.tabs.engine_queue import ENGINE
 from app.views.render import error_html, error_message, esc
 from app.views.stats import render_stats
-from engine.config import AUTO, PRECISIONS
+from engine.config import AUTO, PRECISIONS, VERIFY_MODES
 from engine.errors import EngineError
 from engine.surface import PairInfo
 
@@ -27,6 +27,7 @@ class PairPanel:
     draft_precision: gr.Radio
     load: gr.Button
     remeasure: gr.Button
+    verify: gr.Radio
     status: gr.HTML
 
 
@@ -44,9 +45,12 @@ def create(pair: PairInfo | None) -> PairPanel:
     with gr.Row():
         load = gr.Button("Load pair", variant="primary", elem_id="load-pair", scale=1, min_width=90)
         remeasure = gr.Button("Re-measure", elem_id="remeasure", scale=1, min_width=90)
+    verify = gr.Radio(list(VERIFY_MODES), value=(pair.verify_mode or None) if pair else None, label="Verify widths",
+                      info="identical: an adaptive k keeps to the widest verify measured bit-identical; fastest: "
+                           "up to k 16 (each priced on the pair line)", elem_id="verify-mode")
     status = gr.HTML(elem_id="pair-status")
     return PairPanel(target=target_box, target_precision=target_prec, draft=draft_box, draft_precision=draft_prec,
-                     load=load, remeasure=remeasure, status=status)
+                     load=load, remeasure=remeasure, verify=verify, status=status)
 
 
 def pair_status_html(pair: PairInfo | None, baseline: dict | None = None, note: str = "") -> str:
@@ -62,6 +66,8 @@ def pair_status_html(pair: PairInfo | None, baseline: dict | None = None, note: 
             body += f'<div class="precision-note">{esc(pair.precision_note)}</div>'
         if pair.identity_note:
             body += f'<div class="identity-note">{esc(pair.identity_note)}</div>'
+        if pair.verify_note:
+            body += (f'<div class="verify-note"><b>{esc(pair.verify_mode)}</b> · {esc(pair.verify_note)}</div>')
     extra = f'<div class="pair-note">{esc(note)}</div>' if note else ""
     return f'<div class="pair-status">{body}{extra}</div>'
 
@@ -87,8 +93,9 @@ def make_pair_handlers(ctx: AppContext, panel: PairPanel, error_box, stats) -> d
         progress(0.85, desc="Measuring the target-only speed (once per target and precision)…")
         baseline = ctx.ensure_baseline()
         toast.info("Pair loaded.")
-        return {panel.status: pair_status_html(ctx.pair(), baseline), error_box: error_html(None),
-                stats: render_stats(None, None, baseline)}
+        pair = ctx.pair()
+        return {panel.status: pair_status_html(pair, baseline), error_box: error_html(None),
+                stats: render_stats(None, None, baseline), panel.verify: (pair.verify_mode or None) if pair else None}
 
     def remeasure(progress=gr.Progress()):
         if ctx.pair() is None:
@@ -97,12 +104,24 @@ def make_pair_handlers(ctx: AppContext, panel: PairPanel, error_box, stats) -> d
         baseline = ctx.ensure_baseline(remeasure=True)
         return {panel.status: pair_status_html(ctx.pair(), baseline), stats: render_stats(None, None, baseline)}
 
-    return dict(load=load, remeasure=remeasure)
+    def verify(mode: str | None):
+        if ctx.pair() is None or not mode:
+            return {error_box: error_html("load a pair first" if ctx.pair() is None else None)}
+        try:
+            info = ctx.engine.set_verify_mode(mode)
+        except EngineError as err:  # a pair with no choice, or an unknown mode: the pair stays as it was
+            toast.warn(error_message(err))
+            return {error_box: error_html(error_message(err)),
+                    panel.status: pair_status_html(ctx.pair(), ctx.baseline())}
+        return {panel.status: pair_status_html(info, ctx.baseline()), error_box: error_html(None)}
+
+    return dict(load=load, remeasure=remeasure, verify=verify)
 
 
 def wire(ctx: AppContext, panel: PairPanel, error_box, stats) -> None:
     h = make_pair_handlers(ctx, panel, error_box, stats)
     inputs = [panel.target, panel.target_precision, panel.draft, panel.draft_precision]
     outputs = [panel.status, error_box, stats]
-    panel.load.click(h["load"], inputs, outputs, api_name="load_pair", **ENGINE)
+    panel.load.click(h["load"], inputs, [*outputs, panel.verify], api_name="load_pair", **ENGINE)
     panel.remeasure.click(h["remeasure"], None, outputs, api_name="measure_baseline", **ENGINE)
+    panel.verify.input(h["verify"], [panel.verify], [panel.status, error_box], api_name="set_verify_mode", **ENGINE)

@@ -140,6 +140,15 @@ def race_trace(ref: Turn, spec: Turn, messages: list[dict], pair: PairInfo | Non
     return trace_document(spec, messages, pair, s.to_dict(), divergence=divergence, reference=ref)
 
 
+def claims_identity(pair, spec_cfg) -> bool:
+    """Whether the load-time check makes this race's greedy answers bit-identical: every verify row was equal, or
+    the pair is in ``identical`` mode (engine/serve/verify_mode.py) and the race's k is adaptive, so it keeps to
+    the widths found identical."""
+    if pair is None:
+        return False
+    return pair.bit_identical or (pair.verify_mode == "identical" and spec_cfg.adaptive)
+
+
 def run_race(ctx: AppContext, tab: RaceTab, prompt: str, s: UISettings, session: str):
     """Both runs, streamed; closing this generator (Stop, a closed tab) stops the engine at its next step."""
     with ctx.cancels.running(session) as flag:
@@ -167,7 +176,7 @@ def _race(ctx: AppContext, tab: RaceTab, prompt: str, s: UISettings, flag):
         yield from _pump(spec_events, spec, tab.spec)
     divergence = _explain(ctx, messages, sampling, ref, spec)
     pair = ctx.pair()
-    yield {tab.summary: race_summary(ref, spec, sampling.greedy, divergence, bool(pair and pair.bit_identical),
+    yield {tab.summary: race_summary(ref, spec, sampling.greedy, divergence, claims_identity(pair, spec_cfg),
                                      pair.identity_note if pair else ""),
            # any divergence can be re-run in fp32: a tie settles there; one where the check found no ties is a bug
            tab.prove: gr.update(visible=divergence is not None),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -23,6 +23,7 @@ from engine.models.auto import describe, plan_precisions
 from engine.models.hardware import detect_machine
 from engine.models.loading import LoadedModel, check_pair, check_pair_sources, load_model, runner_for, runner_name
 from engine.serve.model_lock import ModelLock
+from engine.serve.verify_mode import VerifyChoice, choose_verify
 from engine.costs.costmodel import StepCosts
 from engine.surface import PairInfo
 
@@ -37,6 +38,7 @@ class Pair:
     costs: StepCosts  # measured at load: the adaptive k starts from it
     precision_note: str  # what auto chose (or the user) on this machine, and why: plan_precisions' sentence
     identity: IdentityCheck  # measured at load: is the target the same in a verify as alone, here
+    verify: VerifyChoice = VerifyChoice()  # identical or fastest, where identity holds only up to some width
 
     @property
     def models(self) -> tuple[LoadedModel, LoadedModel]:
@@ -46,7 +48,8 @@ class Pair:
         return PairInfo(self.target.name, self.draft.name, self.target.precision, self.draft.precision,
                         str(self.target.device), self.precision_note, self.costs,
                         bit_identical=self.identity.identical, identity_note=self.identity.describe(),
-                        identity_drift_steps=self.identity.max_drift_steps, runner=runner_name(self.target))
+                        identity_drift_steps=self.identity.max_drift_steps, runner=runner_name(self.target),
+                        verify_mode=self.verify.mode if self.verify.cap else "", verify_note=self.verify.note)
 
 
 @dataclass(frozen=True)
@@ -110,10 +113,19 @@ class PairSlot:
         note = note or describe(detect_machine(target.device.type), {"target": target.precision,
                                                                       "draft": draft.precision},
                                 {r for r, m in zip(ROLES, (target, draft)) if m.auto_precision}, [])
-        pair = Pair(target, draft, costs, note, check_identity(target))
+        identity = check_identity(target)
+        pair = Pair(target, draft, costs, note, identity, choose_verify(identity, costs))
         switched, self.pair = self.pair is not None, pair
         if switched:
             self._release_all_but(pair)
+        return pair
+
+    def set_verify(self, mode: str) -> Pair:
+        """The loaded pair in verify ``mode`` (engine/serve/verify_mode.py): one assignment; requests already
+        running keep the mode they started with."""
+        with self._load_lock:
+            pair = self.require()
+            self.pair = pair = replace(pair, verify=pair.verify.with_mode(mode))
         return pair
 
     def _release_all_but(self, pair: Pair) -> None:

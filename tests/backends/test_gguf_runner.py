@@ -146,6 +146,15 @@ def test_a_gguf_target_with_a_torch_draft_works(real_models):
     done = events[-1]
     assert done.type == "done" and len(done.token_ids) == 16 and done.stats.acceptance.proposed > 0
     assert info.identity_note.startswith(("verified bit-identical", "identical up to rounding ties"))
+    # the identical/fastest choice exists exactly where the check found identity up to some width only
+    assert bool(info.verify_mode) == ("for verify widths up to" in info.identity_note)
+    if info.verify_mode:
+        other = "fastest" if info.verify_mode == "identical" else "identical"
+        assert engine.set_verify_mode(other).verify_mode == other
+        assert engine.set_verify_mode(info.verify_mode).verify_mode == info.verify_mode
+    else:
+        with pytest.raises(InvalidSettingError, match="no identical/fastest choice"):
+            engine.set_verify_mode("identical")
 
 
 def test_the_identity_bench_measures_each_llama_cpp_setting(tmp_path, capsys):

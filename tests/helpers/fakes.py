@@ -9,7 +9,7 @@ from dataclasses import fields
 from types import SimpleNamespace
 
 from engine.config import DEFAULT_CACHE, CacheConfig
-from engine.errors import EmptyPromptError
+from engine.errors import EmptyPromptError, InvalidSettingError
 from engine.events import Acceptance, CacheEvent, Candidate, Candidates, DoneEvent, StatsEvent, TokenEvent
 from engine.lab.grid import DOCTOR_KINDS
 from engine.lab.results import DoctorReport, LabUpdate, PromptRun, cell_row
@@ -107,13 +107,22 @@ class FakeEngine:
         self.events = events
         self.calls = []
         self.entries = [CacheEntry("k1", SCRIPT, IMG, 0.0)] if cache else None
+        self.verify_mode = "identical"  # a pair identical only up to some width: the choice is offered
 
     def load_pair(self, target=DEFAULT_TARGET, draft=DEFAULT_DRAFT, target_precision=None, draft_precision=None):
         self.calls.append(dict(load=(target, draft, target_precision, draft_precision)))
         return self.info()
 
     def info(self):
-        return PairInfo(target="t", draft="d", target_precision="bf16", draft_precision="nf4", device="cpu")
+        return PairInfo(target="t", draft="d", target_precision="bf16", draft_precision="nf4", device="cpu",
+                        verify_mode=self.verify_mode, verify_note=f"verify widths: {SCRIPT} default identical")
+
+    def set_verify_mode(self, mode):
+        if mode not in ("identical", "fastest"):
+            raise InvalidSettingError(f"verify mode must be one of identical, fastest, not {mode!r}")
+        self.calls.append(dict(verify=mode))
+        self.verify_mode = mode
+        return self.info()
 
     def generate(self, messages, sampling, spec, *, cache=CacheConfig(), cancel=None):
         self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache, cancel=cancel))

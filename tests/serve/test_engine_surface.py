@@ -13,7 +13,7 @@ def _public_methods(cls: type) -> set[str]:
 def test_fakes_and_the_engine_have_exactly_the_surface():
     """Names and parameters (names, kinds, defaults) as EngineSurface declares them; a fake has nothing more, so
     an app that called anything else on the engine would fail here, with the fakes."""
-    assert set(SURFACE_MEMBERS) == {"load_pair", "info", "generate", "generate_reference", "explain_divergence",
+    assert set(SURFACE_MEMBERS) == {"load_pair", "info", "set_verify_mode", "generate", "generate_reference", "explain_divergence",
                                     "prove_fp32", "cache_info", "cache_stats", "cache_entries", "cache_delete",
                                     "cache_clear", "run_experiment", "pair_doctor"}
     for cls in (ChatEngine, FakeEngine, RaceEngine, PiecesEngine):

@@ -1,0 +1,70 @@
+"""Identical or fastest: how wide a verify the adaptive k may use, where the load-time identity check found the
+target bit-identical only up to some width (llama.cpp's tiled K-quant matmul from 8 rows, docs/models.md).
+
+``identical`` keeps an adaptive k within that width (engine.start.decoders.within_width): greedy speculation is
+then the target's own tokens, bit for bit, at every position checked. ``fastest`` lets it draft up to k_max, where
+a wider verify may be cheaper per token but is identical only up to rounding ties. Each is priced on the verify
+costs measured at load, for a free draft (a lookup, a prediction) accepted ``ALPHA`` of the time, the case where
+long drafts pay; the default is ``identical`` unless it would cost more than ``TOLERANCE`` of that speed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from engine.config import VERIFY_MODES
+from engine.costs.costmodel import StepCosts
+from engine.decode.identity import IdentityCheck
+from engine.errors import InvalidSettingError
+
+IDENTICAL, FASTEST = VERIFY_MODES
+ALPHA = 0.9  # a free draft's acceptance where wide verifies matter: an edit's unchanged lines
+TOLERANCE = 0.03  # identical is the default while it keeps this share of fastest's modelled speed
+K_MAX = 16
+
+
+@dataclass(frozen=True)
+class VerifyChoice:
+    mode: str = FASTEST
+    cap: int | None = None  # the widest identical verify (IdentityCheck.width_cap); None: nothing to choose
+    note: str = ""  # each mode's modelled speed and why the default is what it is; "" without a choice
+
+    @property
+    def width_cap(self) -> int | None:
+        """What the decoder keeps an adaptive k to: the cap in ``identical`` mode, else nothing."""
+        return self.cap if self.mode == IDENTICAL else None
+
+    def with_mode(self, mode: str) -> VerifyChoice:
+        if mode not in VERIFY_MODES:
+            raise InvalidSettingError(f"verify mode must be one of {', '.join(VERIFY_MODES)}, not {mode!r}")
+        if self.cap is None and mode == IDENTICAL:
+            raise InvalidSettingError("this pair has no identical/fastest choice: its verifies are identical at "
+                                      "every width checked, or at none")
+        return replace(self, mode=mode)
+
+
+def best_speed(costs: StepCosts, most_k: int) -> tuple[int, float]:
+    """The k (1..most_k) with the most modelled tokens per second for a free draft accepted ``ALPHA`` of the
+    time, and that speed."""
+    free = replace(costs, draft_per_token_s=0.0)
+    k = free.best_k(ALPHA, list(range(1, most_k + 1)))
+    return k, free.tokens_per_s(ALPHA, k)
+
+
+def choose_verify(identity: IdentityCheck, costs: StepCosts) -> VerifyChoice:
+    """The default mode for a pair, measured: ``identical`` where keeping to the identical width costs at most
+    ``TOLERANCE`` of the modelled speed, else ``fastest``; no choice where the check found no partial width."""
+    cap = identity.width_cap
+    if cap is None:
+        return VerifyChoice()
+    k_same, same = best_speed(costs, cap - 1)
+    k_fast, fast = best_speed(costs, K_MAX)
+    mode = IDENTICAL if same >= (1 - TOLERANCE) * fast else FASTEST
+    widest = max((n for n, _ in costs.verify_table), default=0)
+    table = ", ".join(f"t({n}) = {s / costs.verify_s(1):.1f}" for n, s in costs.verify_table if n > 1)
+    note = (f"verify widths: identical (k <= {cap - 1}) {same:.1f} tok/s at best (k = {k_same}), fastest "
+            f"(k <= {K_MAX}) {fast:.1f} tok/s (k = {k_fast}), modelled for a free draft accepted {ALPHA:.0%} of the "
+            f"time from the verify costs measured at load ({table} one-token forwards, up to {widest}); "
+            f"default {mode}: " + ("keeping to the identical width costs "
+                                   f"{max(0.0, 1 - same / fast):.0%} here" if mode == IDENTICAL else
+                                   f"the identical width would cost {1 - same / fast:.0%} here"))
+    return VerifyChoice(mode, cap, note)

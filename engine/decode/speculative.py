@@ -23,8 +23,10 @@ from engine.decode.verify import Verdict, verify_greedy, verify_rejection
 
 def speculative_generate(target: Runner, proposer: Proposer, prompt_ids: list[int], stream: TokenStream,
                          sampling: SamplingConfig, *, k_policy: KPolicy | None = None,
-                         cancel: threading.Event | None = None) -> Iterator[Event]:
-    """Yield TokenEvents as they are decided, a StatsEvent after each step, and a final DoneEvent."""
+                         cancel: threading.Event | None = None, max_width: int | None = None) -> Iterator[Event]:
+    """Yield TokenEvents as they are decided, a StatsEvent after each step, and a final DoneEvent. ``max_width``:
+    no forward that carries a draft feeds more tokens (the widest verify measured bit-identical; the prompt's
+    prefill then runs without a draft, as the target-only decoder's does)."""
     k_policy = k_policy or FixedK(4)
     generator = make_generator(sampling.seed, target.logits_device)
     proposer.reset(prompt_ids, sampling, generator)
@@ -35,7 +37,10 @@ def speculative_generate(target: Runner, proposer: Proposer, prompt_ids: list[in
         clock = StepClock(target)
         # 1. propose (k = 0 asks only for free drafts, e.g. a prompt lookup; a model proposer returns none)
         choice = k_policy.choose()
-        draft, cut = _propose(proposer, k_policy, context, choice.k, room=stream.remaining - 1)
+        room = stream.remaining - 1
+        if max_width:
+            room = max(0, min(room, max_width - (len(context) - pos)))
+        draft, cut = _propose(proposer, k_policy, context, choice.k if room else 0, room=room)
         clock.lap()
         # 2. verify: one target forward over [tokens the target has not seen, *draft]
         fed = context[pos:] + draft.tokens

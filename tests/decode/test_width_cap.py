@@ -23,3 +23,31 @@ def test_an_adaptive_k_keeps_to_the_identical_width_and_answers_the_same():
     assert capped and max(capped) <= 2
     assert max(free) > 2  # the same request drafts wider where nothing caps it
     assert capped_done.token_ids == free_done.token_ids  # fp32 tiny models: greedy is the target's either way
+
+
+def test_no_forward_that_carries_a_draft_is_wider_than_the_cap(monkeypatch):
+    """The prompt's prefill runs without a draft, as the target-only decoder's does: a draft verified inside a long
+    prefill would take the wide kernel the check found unequal (llama.cpp's tiled matmul from 8 rows)."""
+    import engine.start.decoders as decoders
+
+    target, draft = tiny_pair(0)
+    fed: list[tuple[int, int]] = []
+    real = decoders.runner_for
+
+    def recording(loaded):
+        runner = real(loaded)
+        if loaded is target:
+            forward = runner.forward
+            runner.forward = lambda ids, n_logits=0: fed.append((len(ids), n_logits)) or forward(ids, n_logits)
+        return runner
+
+    monkeypatch.setattr(decoders, "runner_for", recording)
+    sampling = SamplingConfig(max_new_tokens=40, stop_on_eos=False)
+    list(start_speculative(target, draft, PROMPT, sampling, SpecConfig(k=8, proposer="lookup", adaptive=True),
+                           width_cap=3))
+    assert fed[0] == (len(PROMPT), 1)  # the prefill alone
+    drafted = [n for n, rows in fed if rows > 1]
+    assert drafted and max(drafted) <= 3
+    fed.clear()
+    list(start_speculative(target, draft, PROMPT, sampling, SpecConfig(k=8, proposer="lookup", adaptive=True)))
+    assert fed[0][0] > len(PROMPT)  # uncapped, the first step verifies a draft inside the prefill

@@ -147,7 +147,16 @@ def run_bench(engine: ChatEngine, prompts: list[dict], modes: list[str], spec: S
     return {"runs": runs, "summary": summarize(runs, modes)}
 
 
+def forget_prompts(engine: ChatEngine) -> None:
+    """The state a new request finds: no pooled llama.cpp context holds a prompt (a torch runner starts empty
+    anyway), so no mode resumes a prefill that another mode paid for."""
+    pair = engine.slot.pair
+    for loaded in pair.models if pair else ():
+        getattr(loaded.backend, "forget_prompts", lambda: None)()
+
+
 def _timed_run(engine, runner, mode, *, item, messages, sampling, spec, reference) -> dict:
+    forget_prompts(engine)
     start = time.perf_counter()
     result = runner(engine, messages, sampling, spec, item)
     seconds = result.pop("seconds", time.perf_counter() - start)  # a mode may time only its own part

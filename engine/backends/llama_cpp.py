@@ -148,6 +148,14 @@ class GgufModel:
         finally:
             lib.llama_decode = decode
 
+    def forget_prompts(self) -> None:
+        """Empty every idle context, so the next runner starts as a new request does (the bench's fresh state);
+        contexts held by runners are left alone."""
+        with self._lock:
+            for ctx, _, tokens in self._idle:
+                self.lib.llama_memory_clear(self.lib.llama_get_memory(ctx), True)
+                tokens.clear()
+
     def _release(self, ctx, batch, tokens: list[int]) -> None:
         with self._lock:
             self._idle.append((ctx, batch, tokens))

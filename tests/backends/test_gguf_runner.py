@@ -5,6 +5,7 @@ in tests/backends/test_runner_contract.py."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,26 @@ def test_llama_cpps_measured_drift_stays_within_its_tie_bound(smol):
     from engine.precision import precision
     check = check_identity(smol)
     assert check.rows > 0 and check.max_drift_steps <= precision("gguf").tie_steps, check.describe()
+
+
+def test_forgetting_the_pools_prompts_gives_the_next_runner_an_empty_context(smol):
+    """bench.speed.modes empties the pooled contexts before each timed run: the next runner starts as a new
+    request does, with nothing in its KV cache, not resuming a prompt another mode prefilled."""
+    import gc
+
+    from bench.speed.modes import forget_prompts
+
+    runner = runner_for(smol)
+    runner.forward([100, 101, 102, 103], n_logits=1)
+    del runner
+    gc.collect()
+    resumed = runner_for(smol)
+    assert resumed.tokens == [100, 101, 102, 103] and resumed.cache_len() == 4  # the pool kept the prompt
+    del resumed
+    gc.collect()
+    smol.backend.forget_prompts()
+    fresh = runner_for(smol)
+    assert fresh.tokens == [] and fresh.cache_len() == 0
+    del fresh
+    gc.collect()
+    forget_prompts(SimpleNamespace(slot=SimpleNamespace(pair=None)))  # no pair loaded: nothing to forget

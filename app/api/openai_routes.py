@@ -54,9 +54,13 @@ def _model(ctx: AppContext) -> str:
 
 def x_identity(ctx: AppContext) -> dict | None:
     """The pair's identity check, measured at load (``x_identity``): is greedy speculation bit-for-bit the
-    target's output on this machine, and what the check found."""
+    target's output on this machine, and what the check found; where identity holds only up to some verify width,
+    the verify mode (``identical``: a request with adaptive k keeps to that width) and what each mode costs."""
     pair = ctx.pair()
-    return None if pair is None else {"bit_identical": pair.bit_identical, "check": pair.identity_note}
+    if pair is None:
+        return None
+    found = {"bit_identical": pair.bit_identical, "check": pair.identity_note}
+    return {**found, "verify_mode": pair.verify_mode, "verify": pair.verify_note} if pair.verify_mode else found
 
 
 def released(answer: Answer, events: Iterator, cancel: threading.Event) -> Iterator[Piece]:

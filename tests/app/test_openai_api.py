@@ -486,11 +486,13 @@ def test_v1_carries_the_pairs_identity_check_and_runner():
         def info(self):
             return replace(super().info(), bit_identical=True, identity_note="verified bit-identical on this machine: "
                            "9/9 rows", runner="llama.cpp 2 threads, flash attention on, repack off",
-                           precision_note="AVX2 CPU -> target gguf (auto), draft gguf (auto): why")
+                           precision_note="AVX2 CPU -> target gguf (auto), draft gguf (auto): why",
+                           verify_mode=self.verify_mode, verify_note="verify widths: identical 9 tok/s, fastest 9.1")
 
     engine = CheckedEngine()
     c = TestClient(add_openai_routes(FastAPI(), AppContext(engine)), raise_server_exceptions=False)
-    expected = {"bit_identical": True, "check": "verified bit-identical on this machine: 9/9 rows"}
+    expected = {"bit_identical": True, "check": "verified bit-identical on this machine: 9/9 rows",
+                "verify_mode": "identical", "verify": engine.info().verify_note}  # the mode where one is offered
     target, draft = c.get("/v1/models").json()["data"]
     assert target["x_identity"] == expected and "x_identity" not in draft
     assert target["x_runner"].startswith("llama.cpp 2 threads")
@@ -498,3 +500,5 @@ def test_v1_carries_the_pairs_identity_check_and_runner():
     assert c.post("/v1/chat/completions", json=ask(max_tokens=5)).json()["x_identity"] == expected
     chunks = sse_chunks(c.post("/v1/chat/completions", json=ask(max_tokens=5, stream=True)))
     assert chunks[0]["x_identity"] == expected and all("x_identity" not in ch for ch in chunks[1:])
+    engine.set_verify_mode("fastest")
+    assert c.get("/v1/models").json()["data"][0]["x_identity"]["verify_mode"] == "fastest"

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 
 from tqdm.auto import tqdm
 
 from bench.cli import arguments_checked
 from engine.config import check_precision
 from engine.decode.identity import LONG_POSITION, SHORT_POSITION, measure_identity
-from engine.models.load_checks import IDENTITY_PROMPT
+from engine.models.load_checks import IDENTITY_PROMPT, forward_costs
 from engine.models.catalog import DEFAULT_TARGET
 from engine.models.sources import gguf_file
 from engine.models.loading import check_source, load_model, load_tokenizer, quiet_library_logs, runner_for
@@ -56,23 +54,6 @@ def parse_positions(text: str) -> tuple[int, ...]:
     return positions
 
 
-def forward_ms(runner, ids: list[int], widths: tuple[int, ...] = (1, *COST_WIDTHS), repeats: int = 5) -> dict:
-    """Median milliseconds of a forward of n tokens after ``SHORT_POSITION`` prompt tokens, for each n in
-    ``widths``, the widths interleaved per repeat."""
-    runner.reset()
-    runner.forward(ids[:SHORT_POSITION], n_logits=1)
-    runner.forward(ids[SHORT_POSITION:SHORT_POSITION + 1], n_logits=1)  # warm-up
-    times: dict[int, list[float]] = {n: [] for n in widths}
-    for _ in range(repeats):
-        for n in widths:
-            runner.rollback(SHORT_POSITION)
-            start = time.perf_counter()
-            runner.forward(ids[SHORT_POSITION:SHORT_POSITION + n], n_logits=n)
-            times[n].append(time.perf_counter() - start)
-    runner.reset()
-    return {n: statistics.median(t) * 1e3 for n, t in times.items()}
-
-
 def setting_label(setting: tuple[bool, bool, str, str]) -> str:
     flash, repack, cache_k, cache_v = setting
     return f"flash {'on' if flash else 'off'}, repack {'on' if repack else 'off'}, K {cache_k} V {cache_v}"
@@ -93,7 +74,8 @@ def measure_settings(model: str, precision: str, widths: tuple[int, ...], positi
                                                             cache_v=cache_v))
             runner, label = gguf.runner(loaded.vocab_size), setting_label(setting)
         check = measure_identity(runner, ids, precision, widths, positions)
-        costs = forward_ms(runner, ids)
+        costs = {n: s * 1e3 for n, s in forward_costs(runner, SHORT_POSITION, [1, *COST_WIDTHS], repeats=5).items()}
+        runner.reset()
         rows.append({"setting": label, "rows_equal": check.rows_equal, "rows": check.rows,
                      "max_drift_steps": check.max_drift_steps, "identical": check.identical,
                      "first_unequal": check.first_unequal, "single_token_ms": costs[1],

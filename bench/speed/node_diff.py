@@ -99,6 +99,7 @@ def recorded(gguf: GgufModel, vocab_size: int, ids: list[int], position: int, wi
     runner.forward(ids[:position], n_logits=1)
     recorder.n_tokens = width
     runner.forward(ids[position:position + width], n_logits=width)
+    gguf.lib.llama_batch_free(runner.batch)
     gguf.lib.llama_free(runner.ctx)
     return recorder.nodes
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from engine.config import VERIFY_MODES
+from engine.config import DEFAULT_SPEC, VERIFY_MODES
 from engine.costs.costmodel import StepCosts
 from engine.decode.identity import IdentityCheck
 from engine.errors import InvalidSettingError
@@ -19,7 +19,7 @@ from engine.errors import InvalidSettingError
 IDENTICAL, FASTEST = VERIFY_MODES
 ALPHA = 0.9  # a free draft's acceptance where wide verifies matter: an edit's unchanged lines
 TOLERANCE = 0.03  # identical is the default while it keeps this share of fastest's modelled speed
-K_MAX = 16
+K_MAX = DEFAULT_SPEC.k_max  # what fastest lets the app's adaptive k reach
 
 
 @dataclass(frozen=True)

@@ -50,10 +50,10 @@ def start_speculative(target: LoadedModel, draft: LoadedModel, prompt_ids: list[
     starts the k policy's cost model; ``stream`` defaults to :func:`token_stream`. ``width_cap``: the widest verify
     the load-time identity check found bit-identical (IdentityCheck.width_cap), which an adaptive k keeps to."""
     stream = stream or token_stream(target, prompt_ids, sampling)
-    capped = within_width(spec, width_cap)
+    cap = width_cap if spec.adaptive else None  # a fixed k is the user's choice
+    capped = within_width(spec, cap)
     return speculative_generate(runner_for(target), make_proposer(capped, draft, cached_answer), prompt_ids, stream,
-                                sampling, k_policy=policy_for(capped, costs), cancel=cancel,
-                                max_width=width_cap if capped is not spec else None)
+                                sampling, k_policy=policy_for(capped, costs), cancel=cancel, max_width=cap)
 
 
 def within_width(spec: SpecConfig, width_cap: int | None) -> SpecConfig:

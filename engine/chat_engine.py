@@ -66,10 +66,11 @@ class ChatEngine:
 
     # -- generation -----------------------------------------------------------------------------------------
     def generate(self, messages: list[dict], sampling: SamplingConfig, spec: SpecConfig, *,
-                 cache: CacheConfig = CacheConfig(), cancel: threading.Event | None = None) -> Iterator[Event]:
+                 cache: CacheConfig = CacheConfig(), cancel: threading.Event | None = None,
+                 prediction: str = "") -> Iterator[Event]:
         pair = self.slot.require()  # read once: a concurrent pair switch affects only later requests
         judging = self.slot.judge(pair, self.lock) if self.cache is not None and cache.mode == "direct" else NO_JUDGE
-        request = generation.ChatRequest(messages, sampling, spec, cache, cancel)
+        request = generation.ChatRequest(messages, sampling, spec, cache, cancel, prediction)
         yield from generation.answer(pair, self.cache, self.lock, request, judging)
 
     def generate_reference(self, messages: list[dict], sampling: SamplingConfig,

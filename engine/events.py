@@ -139,15 +139,22 @@ class StatsEvent:
     cut_steps: int = 0  # steps whose free draft the k policy cut or skipped: it would not have paid
     latest_cut: DraftCut | None = None  # the latest such cut
     costs: StepCosts | None = None  # the k policy's step costs fitted so far; None before a fit (or target-only)
+    # each draft source's own share of ``acceptance`` (Draft.source: "prediction", "lookup", "fast-draft", …)
+    by_source: tuple[tuple[str, Acceptance], ...] = ()
     type: str = "stats"
 
     @property
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
+    def of_source(self, source: str) -> Acceptance:
+        """How the drafts of ``source`` fared (nothing drafted: an empty Acceptance)."""
+        return dict(self.by_source).get(source, Acceptance())
+
     def to_dict(self) -> dict:
         d = asdict(self)
-        d.update(acceptance=self.acceptance.to_dict(), tokens_per_s=self.tokens_per_s)
+        d.update(acceptance=self.acceptance.to_dict(), tokens_per_s=self.tokens_per_s,
+                 by_source={name: a.to_dict() for name, a in self.by_source})
         return d
 
 

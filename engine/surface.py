@@ -91,8 +91,11 @@ class EngineSurface(Protocol):
         ...
 
     def generate(self, messages: list[dict], sampling: SamplingConfig, spec: SpecConfig, *,
-                 cache: CacheConfig = CacheConfig(), cancel: threading.Event | None = None) -> Iterator[Event]:
-        """A CacheEvent, then TokenEvents and StatsEvents, then a DoneEvent (with ``prompt_tokens``)."""
+                 cache: CacheConfig = CacheConfig(), cancel: threading.Event | None = None,
+                 prediction: str = "") -> Iterator[Event]:
+        """A CacheEvent, then TokenEvents and StatsEvents, then a DoneEvent (with ``prompt_tokens``).
+        ``prediction``: text the answer is expected to restate (OpenAI's predicted outputs), a free draft the
+        target verifies; the StatsEvents count its tokens apart (``of_source("prediction")``)."""
         ...
 
     def generate_reference(self, messages: list[dict], sampling: SamplingConfig,

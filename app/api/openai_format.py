@@ -179,10 +179,17 @@ class Answer:
 
 
 def usage(prompt_tokens: int, completion_tokens: int, stats) -> dict:
+    """OpenAI's usage, with its ``completion_tokens_details``: ``accepted_prediction_tokens`` are the prediction's
+    tokens the target verified and kept, ``rejected_prediction_tokens`` those it verified and replaced (a span the
+    k policy cut was never computed, so it counts in neither). Then the acceptance of every draft, this server's."""
     proposed, accepted = (stats.acceptance.proposed, stats.acceptance.accepted) if stats is not None else (0, 0)
+    predicted = stats.of_source("prediction") if stats is not None else None
+    kept = predicted.accepted if predicted else 0
+    details = {"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": kept,
+               "rejected_prediction_tokens": (predicted.proposed - kept) if predicted else 0}
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens, "proposed": proposed, "accepted": accepted,
-            "acceptance_rate": accepted / proposed if proposed else 0.0}
+            "total_tokens": prompt_tokens + completion_tokens, "completion_tokens_details": details,
+            "proposed": proposed, "accepted": accepted, "acceptance_rate": accepted / proposed if proposed else 0.0}
 
 
 def new_id() -> str:

@@ -49,6 +49,7 @@ class ChatCompletionRequest(BaseModel):
     logprobs: bool | None = None
     top_logprobs: int | None = None
     stream_options: StreamOptions | None = None
+    prediction: dict | None = None  # {"type": "content", "content": text or text parts}: a free draft (prediction_text)
     tools: list | None = None
     functions: list | None = None
     tool_choice: str | dict | None = None
@@ -96,11 +97,29 @@ def _text(content: str | list[dict] | None) -> str:
         return content or ""
     parts = []
     for part in content:
-        if part.get("type") != "text" or not isinstance(part.get("text"), str):
-            raise refused("messages", f"only text content parts are supported, got type {part.get('type')!r}",
+        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise refused("messages", f"only text content parts are supported, got type {kind!r}",
                           "unsupported_value")
         parts.append(part["text"])
     return "".join(parts)
+
+
+def prediction_text(req: ChatCompletionRequest) -> str:
+    """The text of OpenAI's predicted output (``prediction``), "" without one: the answer is expected to restate
+    it, and the target verifies it as a free draft (engine/proposers/prediction.py)."""
+    if req.prediction is None:
+        return ""
+    if req.prediction.get("type") != "content" or "content" not in req.prediction:
+        raise refused("prediction", 'prediction must be {"type": "content", "content": "..."} (OpenAI\'s predicted '
+                                    f"outputs), got {req.prediction!r:.120}", "invalid_value")
+    content = req.prediction["content"]
+    if not isinstance(content, (str, list)):
+        raise refused("prediction", "prediction.content must be a string or a list of text parts", "invalid_value")
+    try:
+        return _text(content)
+    except ApiError as err:
+        raise refused("prediction", err.message.replace("content parts", "prediction parts"), err.code) from None
 
 
 def engine_messages(req: ChatCompletionRequest) -> list[dict]:

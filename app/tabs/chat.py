@@ -33,6 +33,7 @@ class ChatTab:
     chatbot: gr.Chatbot
     error_box: gr.HTML  # the race and the pair panel say their errors here too
     msg: gr.Textbox
+    prediction: gr.Textbox  # an expected answer: text the answer should restate, verified as a free draft
     send: gr.Button
     stop: gr.Button
     regen: gr.Button
@@ -78,6 +79,11 @@ def create_chat_panel(examples: list[list[str]], labels: list[str]) -> dict:
                          lines=1, max_lines=8, scale=6, elem_id="msg", autofocus=True)
         send = gr.Button("Send", variant="primary", scale=1, elem_id="send", min_width=80)
         stop = gr.Button("Stop", variant="stop", scale=1, elem_id="stop", min_width=80)
+    with gr.Accordion("Expected answer (a prediction the target verifies)", open=False, elem_id="prediction-box"):
+        prediction = gr.Textbox(show_label=False, lines=3, max_lines=16, elem_id="prediction",
+                                placeholder="Paste text the answer should restate, e.g. the file you ask to edit. Its "
+                                            "tokens are drafted for free and the target checks each: the answer is "
+                                            "the target's own either way (OpenAI's predicted outputs).")
     with gr.Row():
         regen = gr.Button("↻ Regenerate", size="sm", elem_id="regenerate")
         clear = gr.Button("Clear chat", size="sm", elem_id="clear")
@@ -86,7 +92,8 @@ def create_chat_panel(examples: list[list[str]], labels: list[str]) -> dict:
     gr.Examples(examples, inputs=[msg], label="Examples (code and edits accept many draft tokens; poems and "
                                              "random lists accept few)", example_labels=labels,
                 examples_per_page=8)
-    return dict(chatbot=chatbot, error_box=error_box, msg=msg, send=send, stop=stop, regen=regen, clear=clear,
+    return dict(chatbot=chatbot, error_box=error_box, msg=msg, prediction=prediction, send=send, stop=stop,
+                regen=regen, clear=clear,
                 export=export, trace_file=trace_file, history=gr.State([]), shown=gr.State([]), trace=gr.State({}))
 
 
@@ -107,32 +114,34 @@ def _fail(tab: ChatTab, err: EngineError) -> dict:
     return {tab.error_box: error_html(message)}
 
 
-def _start(ctx: AppContext, messages: list[dict], s: UISettings, flag):
+def _start(ctx: AppContext, messages: list[dict], s: UISettings, flag, prediction: str = ""):
     """Build configs and pull the first event, so bad input fails here, before the chat changes."""
     sampling, spec = sampling_config(s), spec_config(s)
     if ctx.baseline() is None and ctx.pair() is not None:
         ctx.ensure_baseline()  # measured once per pair (the engine holds no lock between steps: any order works)
-    events = ctx.engine.generate(messages, sampling, spec, cache=cache_config(s), cancel=flag)
+    events = ctx.engine.generate(messages, sampling, spec, cache=cache_config(s), cancel=flag,
+                                 prediction=prediction)
     first = next(events, None)
     return events, ([] if first is None else [first])
 
 
 def stream_answer(ctx: AppContext, tab: ChatTab, *, history: list[dict], shown: list, prompt: str,
-                  settings: UISettings, session: str):
+                  settings: UISettings, session: str, prediction: str = ""):
     """Generator of component updates: the answer to ``prompt`` streamed into the chat, stats and plots.
 
     Closing it (the Stop button's ``cancels=``, a closed tab) sets the engine's cancel flag: generation
     stops at its next step.
     """
     with ctx.cancels.running(session) as flag:
-        yield from _stream_answer(ctx, tab, history=history, shown=shown, prompt=prompt, s=settings, flag=flag)
+        yield from _stream_answer(ctx, tab, history=history, shown=shown, prompt=prompt, s=settings, flag=flag,
+                                  prediction=prediction)
 
 
 def _stream_answer(ctx: AppContext, tab: ChatTab, *, history: list[dict], shown: list, prompt: str,
-                   s: UISettings, flag):
+                   s: UISettings, flag, prediction: str = ""):
     messages = [*history, {"role": "user", "content": prompt}]
     try:
-        events, head = _start(ctx, messages, s, flag)
+        events, head = _start(ctx, messages, s, flag, prediction)
     except EngineError as err:  # bad input: said in the error box, the chat stays as it was
         yield _fail(tab, err)
         return
@@ -172,7 +181,8 @@ def make_handlers(ctx: AppContext, tab: ChatTab, controls: Controls) -> dict:
     def send(data: dict, request: gr.Request):
         s = controls.read(data)
         yield from stream_answer(ctx, tab, history=data[tab.history] or [], shown=data[tab.shown] or [],
-                                 prompt=data[tab.msg] or "", settings=s, session=session_id(request))
+                                 prompt=data[tab.msg] or "", settings=s, session=session_id(request),
+                                 prediction=data[tab.prediction] or "")
 
     def regenerate(data: dict, request: gr.Request):
         history, shown = data[tab.history] or [], data[tab.shown] or []
@@ -183,7 +193,7 @@ def make_handlers(ctx: AppContext, tab: ChatTab, controls: Controls) -> dict:
         prompt = history[-2]["content"]
         fresh = replace(controls.read(data), cache_enabled=False)  # a new answer, not the cached one
         yield from stream_answer(ctx, tab, history=history[:-2], shown=shown[:-2], prompt=prompt, settings=fresh,
-                                 session=session_id(request))
+                                 session=session_id(request), prediction=data[tab.prediction] or "")
 
     def stop(request: gr.Request):
         """Only raise the cancel flag: the engine ends at its next step with finish reason "cancelled", and the
@@ -216,7 +226,7 @@ def export_trace_file(trace: dict, *, prefix: str, nothing: str):
 def wire(ctx: AppContext, tab: ChatTab, controls: Controls) -> list:
     """The chat's events; returns the two that answer (send, regenerate), for what should follow an answer."""
     h = make_handlers(ctx, tab, controls)
-    inputs = {*controls.settings_fields().values(), tab.msg, tab.history, tab.shown}
+    inputs = {*controls.settings_fields().values(), tab.msg, tab.prediction, tab.history, tab.shown}
     outputs = [tab.chatbot, tab.shown, tab.history, tab.trace, tab.stats, tab.accept_plot, tab.speed_plot, tab.msg,
                tab.error_box]
     send = gr.on([tab.msg.submit, tab.send.click], h["send"], inputs, outputs, api_name="send",

@@ -85,7 +85,7 @@ def render_stats(stats: StatsEvent | None, cache: CacheEvent | None, baseline: d
     cards = "".join(_card(label, value) for label, value in values.items())
     status_html = f'<div class="run-status">{esc(status)}</div>' if status else ""
     return (f'<div class="stats-panel" id="stats-panel">{status_html}<div class="stat-grid">{cards}'
-            f"{_cache_card(cache)}</div>{policy_html(stats)}"
+            f"{_cache_card(cache)}</div>{sources_html(stats)}{policy_html(stats)}"
             f"{meter_html(speedup(stats, baseline), baseline, cache is not None and cache.outcome in SERVED, predicted)}"
             "</div>")
 
@@ -99,9 +99,28 @@ def policy_html(stats: StatsEvent | None) -> str:
         said.append(f"{stats.cut_steps} of {stats.acceptance.steps} steps cut their free draft; latest: "
                     f"{cut_text(stats.latest_cut)}")
     if stats.fallback:
-        said.append("the draft model is paused: at this acceptance its tokens cost more than they save here "
-                    "(target-only steps, with a probe now and then)")
+        said.append(paused_text(stats))
     return f'<div class="policy-note" data-stat="policy">{esc(" · ".join(said))}</div>'
+
+
+def paused_text(stats: StatsEvent) -> str:
+    """Why the draft model is paused, in this machine's measured prices."""
+    costs = stats.costs
+    prices = "" if costs is None else (f": on this machine a draft token costs {costs.draft_per_token_s * 1e3:.0f} ms "
+                                       f"and verifying one more {costs.verify_per_token_s * 1e3:.0f} ms, against "
+                                       f"{(costs.verify_fixed_s + costs.verify_per_token_s) * 1e3:.0f} ms a target "
+                                       "step")
+    return (f"speculation paused{prices}; at this acceptance its drafts cost more than they save (target-only steps, "
+            "with a probe now and then where a draft could pay)")
+
+
+def sources_html(stats: StatsEvent | None) -> str:
+    """Each draft source's share of the acceptance (a prediction, a lookup, the draft model…), when more than one
+    drafted or a prediction did."""
+    if stats is None or not stats.by_source or (len(stats.by_source) == 1 and stats.by_source[0][0] != "prediction"):
+        return ""
+    parts = [f"{name or 'draft'} {a.accepted}/{a.proposed}" for name, a in stats.by_source]
+    return f'<div class="sources-note" data-stat="sources">{esc("accepted by source: " + " · ".join(parts))}</div>'
 
 
 def cut_text(cut: DraftCut) -> str:

@@ -14,16 +14,27 @@ PEER_MODES: dict[str, str | None] = {"llama-cpp": None, "llama-cpp-spec": "draft
 
 
 def llama_cpp_mode(server: LlamaServer) -> Callable:
-    """A bench mode asking a running llama-server for the same prompt tokens, greedy, same max tokens."""
-    def run(engine, messages, sampling, spec, item) -> dict:
-        result = server.complete(engine.encode(messages), sampling.max_new_tokens)
+    """A bench mode (bench.speed.mode_runs' contract) asking a running llama-server for the same prompt tokens,
+    greedy, same max tokens; a warm call lets the server keep and reuse its prompt (``cache_prompt``).
+
+    The server's timings put the first token inside ``prompt_ms`` and time the rest as ``predicted_ms``, so the
+    time to first token is the client's seconds less ``predicted_ms`` (the HTTP round trip counts as waiting, as
+    it does for a user), and the decode rate is the server's ``predicted_per_second`` (tokens after the first over
+    ``predicted_ms``, as ours)."""
+    def run(call) -> dict:
+        engine = call.engine
+        result = server.complete(engine.encode(call.messages), call.sampling.max_new_tokens, cache_prompt=call.warm)
         tokens = result["tokens"]
         end = next((i for i, t in enumerate(tokens) if t in engine.target.eos_ids), len(tokens))
         timings = result["timings"]
         drafted = timings.get("draft_n")  # absent when the server drafted nothing
+        decoding = timings.get("predicted_n", 0) >= 2 and "predicted_ms" in timings
         return {"tokens": tokens[:end], "seconds": result["seconds"], "mean_accepted": None,
+                "ttft_s": result["seconds"] - timings["predicted_ms"] / 1000 if "predicted_ms" in timings else None,
+                "decode_tokens_per_s": timings.get("predicted_per_second") if decoding else None,
                 "acceptance_rate": timings.get("draft_n_accepted", 0) / drafted if drafted else None,
-                "server_tokens_per_s": timings.get("predicted_per_second")}
+                "server_tokens_per_s": timings.get("predicted_per_second"),
+                "server_prompt_ms": timings.get("prompt_ms"), "server_prompt_cached": timings.get("cache_n")}
     return run
 
 

@@ -136,10 +136,13 @@ class LlamaServer:
         self.log.flush()
         return Path(self.log.name).read_text(errors="replace")[-n:]
 
-    def complete(self, prompt_ids: list[int], max_new_tokens: int, timeout_s: float = 1800.0) -> dict:
-        """Greedy completion of ``prompt_ids``: the new token ids, wall-clock seconds and the server's timings."""
+    def complete(self, prompt_ids: list[int], max_new_tokens: int, timeout_s: float = 1800.0, *,
+                 cache_prompt: bool = False) -> dict:
+        """Greedy completion of ``prompt_ids``: the new token ids, wall-clock seconds and the server's timings
+        (``prompt_ms`` holds the prompt and the first token, ``predicted_ms`` the tokens after it). ``cache_prompt``:
+        the slot keeps this prompt and resumes from what it kept (a follow-up turn); off, it prefills from scratch."""
         body = {"prompt": prompt_ids, "n_predict": max_new_tokens, "temperature": 0.0, "top_k": 1, "seed": 0,
-                "cache_prompt": False, "return_tokens": True, "stream": False}
+                "cache_prompt": cache_prompt, "return_tokens": True, "stream": False}
         start = time.perf_counter()
         data = _post(self.url + "/completion", body, timeout_s)
         seconds = time.perf_counter() - start

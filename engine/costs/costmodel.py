@@ -26,6 +26,18 @@ class StepCosts:
     draft_per_token_s: float  # seconds per drafted token
     # measured (n_fed, seconds), n ascending; with two points or more it replaces the line
     verify_table: tuple[tuple[int, float], ...] = ()
+    # seconds per token the draft model feeds to catch up (a batch, cheaper than drafting one): None = not measured,
+    # then ``draft_per_token_s`` prices it
+    catch_up_per_token_s: float | None = None
+
+    def catch_up_s(self, behind: int) -> float:
+        """What feeding the draft model ``behind`` tokens it has not seen costs, before its first drafted token."""
+        per_token = self.draft_per_token_s if self.catch_up_per_token_s is None else self.catch_up_per_token_s
+        return max(behind, 0) * per_token
+
+    def saving_per_token_s(self, alpha: float, k: int) -> float:
+        """Seconds a step drafting k tokens saves per emitted token against target-only (negative: it loses)."""
+        return self.verify_s(1) - self.step_s(k) / expected_tokens(alpha, k)
 
     def verify_s(self, n_fed: int) -> float:
         if len(self.verify_table) < 2:
@@ -115,7 +127,8 @@ class CostFit:
             return None
         a, b = fit_line([p[0] for p in points], [p[1] for p in points], [p[2] for p in points])
         self._fitted = StepCosts(verify_fixed_s=a, verify_per_token_s=b, draft_per_token_s=self.draft_per_token_s,
-                                 verify_table=_curve(points))
+                                 verify_table=_curve(points),
+                                 catch_up_per_token_s=self.prior.catch_up_per_token_s if self.prior else None)
         return self._fitted
 
 

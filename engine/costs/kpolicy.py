@@ -11,6 +11,12 @@ verify forward, which on compute-bound hardware costs ``verify_per_token_s`` api
 length whose expected tokens pay for its width, and where none pays the step is target-only, with a one-token
 probe now and then. Probes back off (8, 16, 32, 64 steps) while they keep finding a loss: no proposer runs at a
 loss for long. A fixed k with a draft model is the one exception, on purpose: an experiment shows what it costs.
+
+A draft model that has not drafted for a while must first be fed every token it missed (its catch-up: the
+prompt, on the first draft of an answer). The adaptive policy prices that too: it drafts only where the saving
+over the tokens still to come pays for the catch-up, and it probes only where a draft accepted ALPHA_CEILING of
+the time could pay on this machine's measured costs. Where none could, the draft model never runs: a step costs
+what a target-only step costs.
 """
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ class StepRecord:
     draft_s: float  # seconds to propose
     verify_s: float  # seconds of the target's forward and the accept rule
     free: bool = False  # a one-hot draft: it cost nothing to make
+    source: str = ""  # who drafted it (Draft.source): the stats count each source's acceptance apart
 
     @property
     def n_model_drafted(self) -> int:
@@ -42,6 +49,10 @@ class StepRecord:
     def rejected(self) -> bool:
         """The target rejected one of the draft's tokens (the step ended on a corrected token)."""
         return self.n_accepted < self.n_drafted
+
+
+ALPHA_CEILING = 0.9  # the best per-token acceptance a draft model is credited with when asking if it could ever pay
+HORIZON = 64  # tokens a catch-up is paid back over when the answer's room is not known
 
 
 class Backoff:
@@ -80,14 +91,17 @@ class FreeDrafts:
 
     def limit(self, costs: StepCosts | None) -> int | None:
         """The free-draft length with the most expected tokens per second, 0 where none beats a target-only step
-        (then 1 now and then, so their acceptance stays measured); None until costs are known."""
+        (then now and then a probe, so their acceptance stays measured: the shortest span that would pay if
+        ALPHA_CEILING of it were right; none where no span could); None until costs are known."""
         if costs is None:
             return None
-        best = replace(costs, draft_per_token_s=0.0).best_k(self.alpha, list(range(self.MOST + 1)))
+        free = replace(costs, draft_per_token_s=0.0)
+        best = free.best_k(self.alpha, list(range(self.MOST + 1)))
         if best:
             self.probes.paid()
             return best
-        return 1 if self.probes.due() else 0
+        probe = next((k for k in range(1, self.MOST + 1) if free.speedup(ALPHA_CEILING, k) > 1.0), 0)
+        return probe if probe and self.probes.due() else 0
 
     def update(self, step: StepRecord) -> None:
         if step.free and step.n_drafted:
@@ -103,7 +117,7 @@ class KChoice:
 
 
 class KPolicy(Protocol):
-    def choose(self) -> KChoice: ...
+    def choose(self, remaining: int | None = None) -> KChoice: ...  # remaining: tokens the answer may still have
 
     def free_limit(self) -> int | None: ...  # asked once per non-empty free draft
 
@@ -119,7 +133,7 @@ class FixedK:
         self.fit = CostFit(prior)
         self.free = FreeDrafts()
 
-    def choose(self) -> KChoice:
+    def choose(self, remaining: int | None = None) -> KChoice:
         return KChoice(self.k)
 
     def free_limit(self) -> int | None:
@@ -138,13 +152,15 @@ class FixedK:
 
 class AdaptiveK:
     def __init__(self, k_init: int = 4, k_min: int = 1, k_max: int = 16, probe_every: int = 8,
-                 decay: float = 0.8, prior: StepCosts | None = None):
+                 decay: float = 0.8, prior: StepCosts | None = None, behind: int = 0):
         self.k, self.k_min, self.k_max, self.probe_every, self.decay = k_init, k_min, k_max, probe_every, decay
         self.accepted = 2.0  # decayed counts of accepted / rejected draft tokens (a weak prior: a = 2/3)
         self.rejected = 1.0
         self.fit = CostFit(prior)
         self.probes = Backoff(probe_every)  # when a losing draft model is tried again
         self.free = FreeDrafts(probe_every, decay)
+        self.behind = behind  # tokens the draft model must be fed before its next drafted token (its catch-up)
+        self.catch_up_per_token_s: float | None = None  # measured on the steps that caught up
 
     @property
     def alpha(self) -> float:
@@ -152,20 +168,34 @@ class AdaptiveK:
 
     @property
     def costs(self) -> StepCosts | None:
-        return self.fit.costs()
+        costs = self.fit.costs()
+        if costs is None or self.catch_up_per_token_s is None:
+            return costs
+        return replace(costs, catch_up_per_token_s=self.catch_up_per_token_s)
 
-    def choose(self) -> KChoice:
-        """The next step's k. Called once per step: each fallback step counts toward the next probe."""
+    def choose(self, remaining: int | None = None) -> KChoice:
+        """The next step's k (``remaining``: tokens the answer may still have). Called once per step: each fallback
+        step counts toward the next probe, where a draft could pay at all."""
         costs = self.costs
         if costs is None:
             return KChoice(self.k)
-        best = costs.best_k(self.alpha, [0, *range(self.k_min, self.k_max + 1)])
-        if best == 0 and self.probes.due():  # probe: measure acceptance again
-            return KChoice(self.k_min, fallback=True)
-        if best:
-            self.probes.paid()
+        best = self._paying_k(costs, self.alpha, remaining)
+        if best == 0:
+            if self._paying_k(costs, ALPHA_CEILING, remaining) and self.probes.due():  # probe: measure alpha again
+                return KChoice(self.k_min, fallback=True)
+            return KChoice(0, fallback=True)
+        self.probes.paid()
         self.k = best
-        return KChoice(best, fallback=best == 0)
+        return KChoice(best)
+
+    def _paying_k(self, costs: StepCosts, alpha: float, remaining: int | None) -> int:
+        """The k with the most expected tokens per second at ``alpha``, or 0 where drafting loses: where that k's
+        saving over the tokens still to come does not pay for the draft model's catch-up."""
+        best = costs.best_k(alpha, [0, *range(self.k_min, self.k_max + 1)])
+        horizon = HORIZON if remaining is None else remaining
+        if best and costs.saving_per_token_s(alpha, best) * horizon <= costs.catch_up_s(self.behind):
+            return 0
+        return best
 
     def free_limit(self) -> int | None:
         """How long a free draft may be (``FreeDrafts.limit``): 0 where none pays."""
@@ -173,19 +203,30 @@ class AdaptiveK:
 
     def update(self, step: StepRecord) -> None:
         """Feedback from one step: its timings feed the cost model, its acceptance the alpha of its kind of
-        draft (a model's or a free one; a plain target step drafted nothing and teaches no alpha)."""
-        self.fit.observe(step.n_fed, step.verify_s, step.n_model_drafted, step.draft_s)
+        draft (a model's or a free one; a plain target step drafted nothing and teaches no alpha). A step whose
+        draft model caught up first teaches the catch-up's price, not the drafted token's."""
+        caught_up = self.behind if step.n_model_drafted else 0
+        self.fit.observe(step.n_fed, step.verify_s, 0 if caught_up else step.n_model_drafted, step.draft_s)
+        if caught_up and self.fit.draft_per_token_s is not None:
+            per_token = max(step.draft_s - step.n_model_drafted * self.fit.draft_per_token_s, 0.0) / caught_up
+            known = self.catch_up_per_token_s
+            self.catch_up_per_token_s = per_token if known is None else 0.7 * known + 0.3 * per_token
         self.free.update(step)
         if step.n_drafted and not step.free:
             self.accepted = self.decay * self.accepted + step.n_accepted
             self.rejected = self.decay * self.rejected + step.rejected
+        # what the draft model will have to feed: after its own draft, the target's token (and the last drafted
+        # one, never fed, when all were taken); else everything the target took since
+        self.behind = int(step.n_accepted == step.n_drafted) if step.n_model_drafted else \
+            self.behind + step.n_fed - step.n_drafted + step.n_accepted
 
 
-def policy_for(spec: SpecConfig, prior: StepCosts | None = None) -> KPolicy:
-    """The policy for ``spec``; ``prior`` (the pair's step costs measured at load) starts its cost model."""
+def policy_for(spec: SpecConfig, prior: StepCosts | None = None, prompt_tokens: int = 0) -> KPolicy:
+    """The policy for ``spec``; ``prior`` (the pair's step costs measured at load) starts its cost model, and the
+    draft model starts ``prompt_tokens`` behind (a new answer's draft has not seen its prompt)."""
     if spec.adaptive and spec.proposer in FREE_PROPOSERS:  # no draft model to size: k_max bounds its free drafts,
         return FixedK(spec.k_max, prior=prior)                 # which FreeDrafts prices
     if spec.adaptive:
         return AdaptiveK(k_init=min(max(spec.k, spec.k_min), spec.k_max), k_min=spec.k_min, k_max=spec.k_max,
-                         prior=prior)
+                         prior=prior, behind=prompt_tokens)
     return FixedK(spec.k, prior=prior)

@@ -18,6 +18,7 @@ from engine.config import SamplingConfig
 class Draft:
     tokens: list[int]
     q_probs: torch.Tensor | None = None  # (len(tokens), vocab) draft distributions; None = one-hot draft
+    source: str = ""  # who drafted it (a proposer's name; a composite proposer's draft names its part)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -31,7 +32,7 @@ class Draft:
     def truncate(self, n: int) -> Draft:
         if len(self.tokens) <= n:
             return self
-        return Draft(self.tokens[:n], self.q_probs[:n] if self.q_probs is not None else None)
+        return Draft(self.tokens[:n], self.q_probs[:n] if self.q_probs is not None else None, self.source)
 
 
 EMPTY_DRAFT = Draft(tokens=[])

@@ -36,7 +36,7 @@ def speculative_generate(target: Runner, proposer: Proposer, prompt_ids: list[in
     while not stream.finished(cancel):
         clock = StepClock(target)
         # 1. propose (k = 0 asks only for free drafts, e.g. a prompt lookup; a model proposer returns none)
-        choice = k_policy.choose()
+        choice = k_policy.choose(stream.remaining)
         room = stream.remaining - 1
         if max_width:
             room = max(0, min(room, max_width - (len(context) - pos)))

@@ -86,6 +86,7 @@ class StatsTracker:
     costs: StepCosts | None = None  # the k policy's fitted step costs
     cut_steps: int = 0  # steps whose free draft the k policy cut (or skipped): it would not have paid
     latest_cut: DraftCut | None = None
+    by_source: dict[str, Acceptance] = field(default_factory=dict)  # the drafting steps of each Draft.source
     t0: float = field(default_factory=time.perf_counter)
 
     def record_step(self, step: StepRecord, fallback: bool = False, costs: StepCosts | None = None,
@@ -93,6 +94,8 @@ class StatsTracker:
         """Count one step; ``fallback`` and ``costs`` are the k policy's as of this step (a target-only
         decoder has none), ``cut`` the free draft it cut in this step."""
         self.acceptance = self.acceptance.add(step)
+        if step.n_drafted:
+            self.by_source[step.source] = self.by_source.get(step.source, Acceptance()).add(step)
         if cut is not None:
             self.cut_steps, self.latest_cut = self.cut_steps + 1, cut
         self.k = step.n_drafted
@@ -104,4 +107,4 @@ class StatsTracker:
         return StatsEvent(new_tokens=new_tokens, elapsed_s=time.perf_counter() - self.t0, k=self.k,
                           acceptance=self.acceptance, proposer=self.proposer, fallback=self.fallback,
                           draft_s=self.draft_s, verify_s=self.verify_s, cut_steps=self.cut_steps,
-                          latest_cut=self.latest_cut, costs=self.costs)
+                          latest_cut=self.latest_cut, costs=self.costs, by_source=tuple(self.by_source.items()))

@@ -92,3 +92,17 @@ def encode_chat(tokenizer, messages: list[dict], context_window: int) -> list[in
         raise PromptTooLongError(f"the prompt is {len(ids):,} tokens; the model's context window is "
                                  f"{context_window:,} tokens. Shorten the message or clear the chat")
     return ids
+
+
+def encode_prediction(tokenizer, text: str, context_window: int) -> list[int]:
+    """A predicted output (OpenAI's ``prediction``) as plain-text ids; empty text: no prediction. Refused, with the
+    reason, where it could never be restated within the context window."""
+    check_text(text, "the prediction")
+    if len(text) > 8 * context_window:  # cheap early refusal, as for the prompt
+        raise PromptTooLongError(f"the prediction ({len(text):,} characters) cannot fit the model's context "
+                                 f"window of {context_window:,} tokens")
+    ids = plain_text_ids(tokenizer, text) if text else []
+    if len(ids) > context_window:
+        raise PromptTooLongError(f"the prediction is {len(ids):,} tokens; the model's context window is "
+                                 f"{context_window:,} tokens, so no answer could restate it")
+    return ids

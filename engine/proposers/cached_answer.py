@@ -34,4 +34,4 @@ class CachedAnswerProposer:
             tokens = self.answer_ids[n:n + self.span]
         else:  # re-align: continue after the latest occurrence of our suffix inside the cached answer
             tokens = ngram_lookup(context_ids, self.span, source=self.answer_ids)
-        return Draft(tokens) if tokens else self.fallback.propose(context_ids, k)
+        return Draft(tokens, source=self.name) if tokens else self.fallback.propose(context_ids, k)

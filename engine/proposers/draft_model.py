@@ -56,4 +56,4 @@ class DraftModelProposer:
                 break
             feed = [token]
         self._drafted_from, self._fed = len(context_ids), tokens[:-1]  # the last one was never fed
-        return Draft(tokens, torch.stack(q_rows))  # q: (len(tokens), vocab)
+        return Draft(tokens, torch.stack(q_rows), self.name)  # q: (len(tokens), vocab)

@@ -76,4 +76,4 @@ class NgramProposer:
 
     def propose(self, context_ids: list[int], k: int) -> Draft:
         tokens = ngram_lookup(context_ids, k, self.max_ngram, self.min_ngram)
-        return Draft(tokens) if tokens else EMPTY_DRAFT
+        return Draft(tokens, source=self.name) if tokens else EMPTY_DRAFT

@@ -15,7 +15,7 @@ from engine.cache.semantic_cache import CacheHit, SemanticCache
 from engine.config import CacheConfig, SamplingConfig, SpecConfig
 from engine.divergence import first_disagreement
 from engine.events import Event
-from engine.models.prompt import encode_chat
+from engine.models.prompt import encode_chat, encode_prediction
 from engine.serve.model_lock import ModelLock
 from engine.serve.pair_slot import NO_JUDGE, Judging, Pair
 from engine.start.decoders import start_reference, start_speculative, token_stream
@@ -28,6 +28,7 @@ class ChatRequest:
     spec: SpecConfig
     cache: CacheConfig = CacheConfig()
     cancel: threading.Event | None = None
+    prediction: str = ""  # the text the answer is expected to restate (OpenAI's predicted outputs): a free draft
 
 
 def encode(pair: Pair, messages: list[dict]) -> list[int]:
@@ -39,6 +40,7 @@ def answer(pair: Pair, cache: SemanticCache | None, lock: ModelLock, request: Ch
     """The assistant's answer: from the cache, or by speculative decoding. A CacheEvent first, then TokenEvents
     and StatsEvents, and a DoneEvent (with the prompt's length in ``prompt_tokens``) last."""
     prompt_ids = encode(pair, request.messages)
+    prediction = encode_prediction(pair.target.tokenizer, request.prediction, pair.target.context_window)
     hit, cache_event, scope = cached_chat.lookup(cache, pair.target, request.messages, request.sampling,
                                                  request.cache, judge=judging.judge, judge_note=judging.note)
     stream = token_stream(pair.target, prompt_ids, request.sampling)
@@ -51,7 +53,8 @@ def answer(pair: Pair, cache: SemanticCache | None, lock: ModelLock, request: Ch
         return
     cached_answer = tuple(hit.answer_token_ids) if hit.outcome == "verified" else ()  # the draft; the target decides
     decode = start_speculative(pair.target, pair.draft, prompt_ids, request.sampling, request.spec, costs=pair.costs,
-                               cached_answer=cached_answer, stream=stream, cancel=request.cancel,
+                               cached_answer=cached_answer, prediction=tuple(prediction), stream=stream,
+                               cancel=request.cancel,
                                width_cap=pair.verify.width_cap)
     for event in lock.stepwise(decode, pair.models, "while generating"):
         if event.type == "done":

@@ -20,6 +20,7 @@ from engine.events import Event
 from engine.models.loading import LoadedModel, runner_for
 from engine.proposers import PROPOSERS, Proposer
 from engine.proposers.cached_answer import CachedAnswerProposer
+from engine.proposers.prediction import PredictionProposer
 from engine.costs.costmodel import StepCosts
 from engine.costs.kpolicy import policy_for
 
@@ -35,25 +36,31 @@ def token_stream(target: LoadedModel, prompt_ids: list[int], sampling: SamplingC
                        sampling.stop_on_eos, prompt_tokens=len(prompt_ids), candidates=sampling.candidates is not None)
 
 
-def make_proposer(spec: SpecConfig, draft: LoadedModel, cached_answer: tuple[int, ...] = ()) -> Proposer:
-    """The registry's proposer for ``spec`` (only model drafts make a draft runner). With ``cached_answer`` the
-    cached answer drafts first and that proposer after it (engine/proposers/cached_answer.py)."""
+def make_proposer(spec: SpecConfig, draft: LoadedModel, cached_answer: tuple[int, ...] = (),
+                  prediction: tuple[int, ...] = ()) -> Proposer:
+    """The registry's proposer for ``spec`` (only model drafts make a draft runner). The free drafts a request
+    brings go first: a ``cached_answer`` (engine/proposers/cached_answer.py), then the client's ``prediction``
+    (engine/proposers/prediction.py), then that proposer."""
     proposer = PROPOSERS[spec.proposer](lambda: runner_for(draft))
+    if prediction:
+        proposer = PredictionProposer(list(prediction), fallback=proposer)
     return CachedAnswerProposer(list(cached_answer), fallback=proposer) if cached_answer else proposer
 
 
 def start_speculative(target: LoadedModel, draft: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig,
                       spec: SpecConfig, *, costs: StepCosts | None = None, cached_answer: tuple[int, ...] = (),
-                      stream: TokenStream | None = None, cancel: threading.Event | None = None,
-                      width_cap: int | None = None) -> Iterator[Event]:
+                      prediction: tuple[int, ...] = (), stream: TokenStream | None = None,
+                      cancel: threading.Event | None = None, width_cap: int | None = None) -> Iterator[Event]:
     """The draft-verify loop on ``target`` and ``draft``. ``costs`` (the pair's step costs measured at load)
     starts the k policy's cost model; ``stream`` defaults to :func:`token_stream`. ``width_cap``: the widest verify
-    the load-time identity check found bit-identical (IdentityCheck.width_cap), which an adaptive k keeps to."""
+    the load-time identity check found bit-identical (IdentityCheck.width_cap), which an adaptive k keeps to.
+    ``cached_answer`` and ``prediction``: free drafts the request brings (:func:`make_proposer`)."""
     stream = stream or token_stream(target, prompt_ids, sampling)
     cap = width_cap if spec.adaptive else None  # a fixed k is the user's choice
     capped = within_width(spec, cap)
-    return speculative_generate(runner_for(target), make_proposer(capped, draft, cached_answer), prompt_ids, stream,
-                                sampling, k_policy=policy_for(capped, costs), cancel=cancel, max_width=cap)
+    proposer = make_proposer(capped, draft, cached_answer, prediction)
+    return speculative_generate(runner_for(target), proposer, prompt_ids, stream, sampling,
+                                k_policy=policy_for(capped, costs, len(prompt_ids)), cancel=cancel, max_width=cap)
 
 
 def within_width(spec: SpecConfig, width_cap: int | None) -> SpecConfig:

@@ -54,6 +54,9 @@ def test_non_streamed_completion_carries_text_speculation_and_usage():
     assert choice["speculation"][1] == {"kind": "corrected", "text": " wor", "token_id": 1, "p_target": 0.5,
                                         "q_draft": 0.25}
     assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8, "proposed": 4,
+                             "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+                                                           "accepted_prediction_tokens": 0,
+                                                           "rejected_prediction_tokens": 0},
                              "accepted": 3, "acceptance_rate": 0.75}
     sampling = engine.calls[0]["sampling"]
     assert (sampling.temperature, sampling.max_new_tokens, sampling.seed) == (0.0, 20, 3)
@@ -277,7 +280,7 @@ class EndlessEngine(FakeEngine):
         super().__init__()
         self.started, self.stopped, self.finish = threading.Event(), threading.Event(), None
 
-    def generate(self, messages, sampling, spec, *, cache=DEFAULT_CACHE, cancel=None):
+    def generate(self, messages, sampling, spec, *, cache=DEFAULT_CACHE, cancel=None, prediction=""):
         self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache))
         yield CacheEvent("off")
         n = 0
@@ -357,7 +360,7 @@ def test_the_streamed_and_the_whole_answer_are_the_same_answer(stop):
 class FailingEngine(FakeEngine):
     """Two tokens, then the engine fails (a bug, a device error) after the response has begun."""
 
-    def generate(self, messages, sampling, spec, *, cache=DEFAULT_CACHE, cancel=None):
+    def generate(self, messages, sampling, spec, *, cache=DEFAULT_CACHE, cancel=None, prediction=""):
         yield CacheEvent("off")
         yield tok("Hello", "accepted", 0)
         yield tok(" wor", "corrected", 1)
@@ -502,3 +505,24 @@ def test_v1_carries_the_pairs_identity_check_and_runner():
     assert chunks[0]["x_identity"] == expected and all("x_identity" not in ch for ch in chunks[1:])
     engine.set_verify_mode("fastest")
     assert c.get("/v1/models").json()["data"][0]["x_identity"]["verify_mode"] == "fastest"
+
+
+@pytest.mark.parametrize("prediction, text", [
+    ({"type": "content", "content": "def add(a, b):\n    return a + b\n"}, "def add(a, b):\n    return a + b\n"),
+    ({"type": "content", "content": [{"type": "text", "text": "def "}, {"type": "text", "text": "add"}]}, "def add"),
+    (None, ""),
+])
+def test_a_prediction_reaches_the_engine_as_its_text(prediction, text):
+    c, engine = client()
+    r = c.post("/v1/chat/completions", json=ask(**({"prediction": prediction} if prediction else {})))
+    assert r.status_code == 200 and engine.calls[0]["prediction"] == text
+
+
+@pytest.mark.parametrize("prediction", [
+    {"type": "text", "content": "x"}, {"content": "x"}, {"type": "content"}, {"type": "content", "content": 3},
+    {"type": "content", "content": [{"type": "image_url", "image_url": {}}]}, {"type": "content", "content": ["x"]},
+])
+def test_a_malformed_prediction_is_a_bad_request_naming_it(prediction):
+    c, engine = client()
+    r = c.post("/v1/chat/completions", json=ask(prediction=prediction))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prediction" and not engine.calls

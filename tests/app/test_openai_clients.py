@@ -183,3 +183,36 @@ def test_a_cached_answer_reports_no_logprobs_rather_than_inventing_them(server, 
     assert content and all(e["kind"] == "cached" and e["logprob"] is None and e["top_logprobs"] == [] for e in content)
     assert [e["bytes"] for e in content] == [e.bytes for e in first.choices[0].logprobs.content]
     assert joined_bytes(content) == second.choices[0].message.content
+
+
+def test_a_prediction_drafts_for_the_openai_client_and_langchain_and_the_answer_stays_the_targets(server,
+                                                                                                openai_client):
+    """OpenAI's predicted outputs: the answer with and without a prediction is the same text (greedy), and usage's
+    completion_tokens_details counts the prediction's tokens the target kept and the ones it replaced. An edited
+    prediction (a word changed midway) has both."""
+    import langchain_openai
+
+    url, _ = server
+    messages = [{"role": "user", "content": "Write a Python function that multiplies two numbers."}]
+
+    def ask(**kw):
+        return openai_client.chat.completions.create(model=SMOL, messages=messages, temperature=0, max_tokens=24, **kw)
+
+    plain = ask()
+    text = plain.choices[0].message.content
+    assert plain.choices[0].finish_reason == "length"  # cut by the limit: the cache stores none of these
+    words = text.split(" ")
+    edited = " ".join(words[: len(words) // 2] + ["banana"] + words[len(words) // 2 + 1:])
+    for prediction, rejected in ((text, False), (edited, True)):
+        reply = ask(prediction={"type": "content", "content": prediction})
+        details = reply.usage.completion_tokens_details
+        assert reply.choices[0].message.content == text
+        assert details.accepted_prediction_tokens > 0
+        assert (details.rejected_prediction_tokens > 0) == rejected
+        kinds = [s["kind"] for s in reply.choices[0].speculation]
+        assert kinds.count("accepted") >= details.accepted_prediction_tokens
+
+    llm = langchain_openai.ChatOpenAI(model=SMOL, base_url=f"{url}v1", api_key=KEY, temperature=0, max_tokens=24)
+    reply = llm.invoke(messages[0]["content"], prediction={"type": "content", "content": text})
+    assert reply.content == text
+    assert reply.response_metadata["token_usage"]["completion_tokens_details"]["accepted_prediction_tokens"] > 0

@@ -66,8 +66,22 @@ def test_the_stats_panel_says_when_and_why_a_proposer_was_held_back():
     held = stats(steps=40, cut_steps=12, latest_cut=DraftCut("lookup", 9, 2, 0.046), fallback=True)
     html = render_stats(held, None, None)
     assert "12 of 40 steps cut their free draft; latest: lookup span cut 9 → 2: verify costs 46 ms per token here" in html
-    assert "draft model is paused" in html
+    assert "speculation paused; at this acceptance" in html  # no fitted costs: no prices to cite
     assert 'data-stat="policy"' not in render_stats(stats(), None, None)  # nothing held back: nothing said
+    priced = render_stats(stats(fallback=True, costs=StepCosts(0.040, 0.021, 0.019)), None, None)
+    assert ("speculation paused: on this machine a draft token costs 19 ms and verifying one more 21 ms, against "
+            "61 ms a target step") in priced
+
+
+def test_the_stats_panel_counts_a_predictions_tokens_apart_and_escapes_the_names():
+    from engine.events import Acceptance
+
+    mixed = stats(by_source=(("prediction", Acceptance(3, 40, 31)), ("<b>lookup", Acceptance(2, 8, 3))))
+    html = render_stats(mixed, None, None)
+    assert 'data-stat="sources"' in html and "prediction 31/40" in html and "&lt;b&gt;lookup 3/8" in html
+    alone = stats(by_source=(("fast-draft", Acceptance(4, 16, 8)),))
+    assert 'data-stat="sources"' not in render_stats(alone, None, None)  # one model draft: the cards say it all
+    assert "prediction 5/9" in render_stats(stats(by_source=(("prediction", Acceptance(2, 9, 5)),)), None, None)
 
 
 def test_a_cut_free_draft_in_words():

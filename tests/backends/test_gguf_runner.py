@@ -205,3 +205,21 @@ def test_forgetting_the_pools_prompts_gives_the_next_runner_an_empty_context(smo
     del fresh
     gc.collect()
     forget_prompts(SimpleNamespace(slot=SimpleNamespace(pair=None)))  # no pair loaded: nothing to forget
+
+
+def test_a_prediction_drafts_on_llama_cpp_and_the_answer_stays_the_targets(real_models):
+    """What the app does on llama.cpp (the default spec, the load-time width cap) with a client's prediction: the
+    answer of an edited prediction is the target-only answer, rounding ties aside, and the prediction's tokens are
+    counted apart, kept and replaced."""
+    from engine.config import DEFAULT_SPEC
+
+    engine = real_models.engine(SMOL, "gguf", SMOL, "gguf")
+    messages, sampling = [{"role": "user", "content": PROMPTS[0]}], SamplingConfig(max_new_tokens=40)
+    reference = [e for e in engine.generate_reference(messages, sampling) if e.type == "done"][-1]
+    words = reference.text.split(" ")
+    edited = " ".join(words[:4] + ["banana"] + words[5:])
+    done = [e for e in engine.generate(messages, sampling, DEFAULT_SPEC, prediction=edited) if e.type == "done"][-1]
+    divergence = engine.explain_divergence(messages, list(reference.token_ids), list(done.token_ids))
+    assert divergence is None or divergence.within_rounding, divergence
+    predicted = done.stats.of_source("prediction")
+    assert predicted.accepted > 0 and predicted.proposed > predicted.accepted

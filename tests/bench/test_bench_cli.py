@@ -71,6 +71,7 @@ SPEED_CASES = [
     (["--max-new-tokens", "0"], ["max_new_tokens", "got 0"]),
     (["--draft-dtype", "fp8"], ["unknown precision 'fp8'"]),
     (["--prompts", "{missing}"], ["missing.jsonl", "No such file"]),
+    (["--repeats", "0"], ["--repeats must be a whole number >= 1", "got 0"]),
 ]
 
 

@@ -75,6 +75,11 @@ def test_peer_mode_runs_in_the_bench_against_a_real_llama_server(mode, llama_ser
     target, peer = result["runs"]
     assert peer["mode"] == mode and 0 < peer["new_tokens"] <= 24 and peer["tokens_per_s"] > 0
     assert peer["server_tokens_per_s"] > 0 and result["summary"][mode]["tokens_per_s"] > 0
+    # from the server's timings: the first token comes with the prompt (prompt_ms), the rest in predicted_ms
+    assert peer["server_prompt_ms"] / 1000 <= peer["ttft_s"] < peer["seconds"]
+    assert peer["decode_tokens_per_s"] == peer["server_tokens_per_s"] > 0
+    assert peer["server_prompt_cached"] == 0  # fresh: cache_prompt off, the whole prompt prefilled
+    assert result["summary"][mode]["ttft_median_s"] == peer["ttft_s"]
     if mode == "llama-cpp-spec":
         assert peer["acceptance_rate"] is not None  # the server drafted with the draft GGUF
     if mode == "llama-cpp":  # llama.cpp's plain decoding knows nothing of drafts
@@ -94,3 +99,21 @@ def test_each_peer_mode_turns_on_the_speculative_decoding_it_names_in_the_real_s
             with urllib.request.urlopen(server.url + "/slots", timeout=30) as response:
                 speculative[mode] = json.loads(response.read())[0]["speculative"]
     assert speculative == {"llama-cpp": False, "llama-cpp-spec": True, "llama-cpp-ngram": True}
+
+
+@pytest.mark.real
+def test_a_warm_peer_run_reuses_the_prompt_its_primer_left_in_the_slot(llama_server_binary, smol_engine):
+    """--warm for llama-server: an untimed primer with cache_prompt, then the timed request with cache_prompt finds
+    all but the prompt's last token in the slot (llama-server always evaluates that one again)."""
+    from bench.speed.modes import run_bench
+    from engine.config import SpecConfig
+
+    prompts = [{"id": "warm", "kind": "prose", "prompt": "Name three colours of the rainbow."}]
+    with ExitStack() as stack:
+        runners = start_peers(stack, ["target", "llama-cpp"], SMOL, SMOL, str(llama_server_binary), threads=1)
+        result = run_bench(smol_engine, prompts, ["target", "llama-cpp"], SpecConfig(), max_new_tokens=8,
+                           runners=runners, warm=True)
+    peer = result["runs"][1]
+    assert peer["mode"] == "llama-cpp" and peer["server_prompt_cached"] == len(smol_engine.encode(
+        [{"role": "user", "content": prompts[0]["prompt"]}])) - 1
+    assert 0 < peer["ttft_s"] < peer["seconds"] and peer["decode_tokens_per_s"] > 0

@@ -1,4 +1,5 @@
 """The cost model, the adaptive k on synthetic timings, and the machine classification behind ``auto``."""
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -7,7 +8,7 @@ from engine.costs.costmodel import CostFit, StepCosts, expected_tokens, fit_line
 from engine.models.auto import CPU_CHOICES, describe
 from engine.models.hardware import MACHINE_KINDS, classify
 from engine.precision import EXPECTED, precision
-from engine.costs.kpolicy import AdaptiveK, FixedK, KChoice, StepRecord
+from engine.costs.kpolicy import ALPHA_CEILING, AdaptiveK, FixedK, KChoice, StepRecord
 
 ZEN4 = frozenset({"avx2", "avx512f", "avx512_bf16", "avx512_vnni"})
 SAPPHIRE_RAPIDS = ZEN4 | {"amx_bf16", "amx_tile", "amx_int8"}
@@ -203,11 +204,47 @@ def test_fixed_k_prices_free_drafts_too():
 
 
 def test_a_losing_draft_model_is_probed_less_and_less_often():
-    losing = AdaptiveK(k_init=4, probe_every=4, prior=StepCosts(0.1, 0.1, 0.2))
+    """A draft that could pay here (cheap, flat verify) but is always wrong: probed after 4, 8, 16 losing steps."""
+    losing = AdaptiveK(k_init=4, probe_every=4, prior=StepCosts(0.2, 0.0, 0.02))
     for _ in range(10):
-        losing.update(model_step(0, 4, draft_s=0.8, verify_s=0.6, n_fed=5))
+        losing.update(model_step(0, 4, draft_s=0.08, verify_s=0.2, n_fed=5))
     ks = [losing.choose().k for _ in range(4 + 8 + 16)]
     assert [i for i, k in enumerate(ks) if k] == [3, 11, 27]
+
+
+def test_where_no_draft_could_pay_the_draft_model_never_runs_not_even_a_probe():
+    """The 2-core physics (a draft token 0.45 of a target token, t(2) = 1.46, t(4) = 2.06): a draft accepted 9 times
+    in 10 would gain 2% a token, which never pays back catching the draft up on a 300-token prompt within a
+    200-token answer; so no acceptance it could measure would change the decision, and nothing is probed. A draft
+    that costs more than a target token could not pay at all, whatever it is behind."""
+    t1 = 0.047
+    two_cores = StepCosts(0.0, 0.0, 0.45 * t1, verify_table=((1, t1), (2, 1.46 * t1), (4, 2.06 * t1), (8, 4.46 * t1)),
+                          catch_up_per_token_s=0.2 * t1)
+    assert 1.0 < max(two_cores.speedup(ALPHA_CEILING, k) for k in range(1, 9)) < 1.05
+    paused = AdaptiveK(k_init=4, probe_every=2, prior=two_cores, behind=300)
+    assert all(c.k == 0 and c.fallback for c in (paused.choose(remaining=200) for _ in range(200)))
+    dearer = replace(two_cores, draft_per_token_s=1.1 * t1)
+    assert max(dearer.speedup(ALPHA_CEILING, k) for k in range(1, 9)) < 1.0
+    never = AdaptiveK(k_init=4, probe_every=2, prior=dearer)
+    assert all(c.k == 0 and c.fallback for c in (never.choose(remaining=10_000) for _ in range(200)))
+
+
+def test_a_catch_up_is_drafted_only_where_the_rest_of_the_answer_pays_for_it():
+    """A draft model 300 tokens behind (a new answer's prompt) at 5 ms a token to catch up: 1.5 s. A good draft saves
+    some ms a token: worth it for a long answer, not for the last few tokens."""
+    costs = StepCosts(0.05, 0.0, 0.004, catch_up_per_token_s=0.005)
+    policy = AdaptiveK(k_init=4, prior=costs, behind=300)
+    policy.accepted, policy.rejected = 9.0, 1.0
+    saving = costs.saving_per_token_s(0.9, policy._paying_k(costs, 0.9, None) or 4)
+    assert saving > 0 and costs.catch_up_s(300) == pytest.approx(1.5)
+    assert policy.choose(remaining=int(1.5 / saving) - 5).k == 0
+    assert policy.choose(remaining=int(1.5 / saving) + 50).k > 0
+    policy.update(model_step(4, 4, draft_s=1.5 + 4 * 0.004, verify_s=0.05, n_fed=5))  # the draft caught up
+    assert policy.behind == 1 and policy.catch_up_per_token_s == pytest.approx(0.005)
+    assert policy.costs.draft_per_token_s == pytest.approx(0.004)  # the catch-up did not count as drafting
+    policy.update(model_step(0, 0, draft_s=0.0, verify_s=0.05, n_fed=1))
+    policy.update(StepRecord(n_drafted=6, n_accepted=2, n_fed=7, draft_s=0.0, verify_s=0.05, free=True))
+    assert policy.behind == 1 + 1 + 1 + 2  # the target's tokens the draft has not seen
 
 
 INT4_CURVE = ((1, 0.034), (2, 0.043), (4, 0.050), (8, 0.096), (16, 0.182))  # a 4-bit 1.5B target, measured
@@ -234,3 +271,14 @@ def test_the_online_fit_keeps_the_calibrated_curve_and_moves_with_observations()
     assert dict(costs.verify_table)[5] == pytest.approx(0.080, rel=0.1)
     times = [t for _, t in costs.verify_table]
     assert times == sorted(times)  # never cheaper for a longer forward
+
+
+def test_load_time_costs_are_measured_until_two_rounds_agree():
+    from engine.models.load_checks import agreed_costs
+
+    rounds = iter([{1: 0.080, 2: 0.150}, {1: 0.040, 2: 0.075}, {1: 0.042, 2: 0.077}, {1: 0.5, 2: 0.5}])
+    costs, n = agreed_costs(lambda: next(rounds))
+    assert n == 3 and costs == {1: 0.040, 2: 0.075}  # a busy first round is dropped; the minimum of the two agreeing
+    noisy = iter([{1: 0.1 * (i + 1)} for i in range(10)])
+    costs, n = agreed_costs(lambda: next(noisy), max_rounds=4)
+    assert n == 4 and costs == {1: pytest.approx(0.4)}  # never agreeing: the last round, after four

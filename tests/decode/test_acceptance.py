@@ -47,6 +47,6 @@ def test_the_stats_hold_the_trackers_values_and_say_them_in_json():
     assert as_json["acceptance"]["mean_accepted"] == pytest.approx(3.5)
     assert as_json["acceptance"]["accepted_by_pos"] == [2, 2, 2, 1]
     assert as_json["costs"] == {"verify_fixed_s": 0.05, "verify_per_token_s": 0.01, "draft_per_token_s": 0.0,
-                                "verify_table": [[1, 0.06]]}
+                                "verify_table": [[1, 0.06]], "catch_up_per_token_s": None}
     assert as_json["latest_cut"] == {"proposer": "lookup", "drafted": 9, "kept": 4, "verify_per_token_s": 0.01}
     assert json.loads(json.dumps(StatsTracker().snapshot(0).to_dict()))["costs"] is None  # target-only: no fit

@@ -68,7 +68,7 @@ class ScriptedK:
         self.choices = itertools.cycle(choices)
         self.costs = None
 
-    def choose(self):
+    def choose(self, remaining=None):
         return next(self.choices)
 
     def free_limit(self):

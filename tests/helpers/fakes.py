@@ -124,8 +124,9 @@ class FakeEngine:
         self.verify_mode = mode
         return self.info()
 
-    def generate(self, messages, sampling, spec, *, cache=CacheConfig(), cancel=None):
-        self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache, cancel=cancel))
+    def generate(self, messages, sampling, spec, *, cache=CacheConfig(), cancel=None, prediction=""):
+        self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache, cancel=cancel,
+                               prediction=prediction))
         if not messages[-1]["content"].strip():
             raise EmptyPromptError("the message is empty")
         yield from self.events
@@ -208,8 +209,8 @@ class PiecesEngine(FakeEngine):
     def info(self):
         return PairInfo(target="tgt", draft="drf", target_precision="bf16", draft_precision="nf4", device="cpu")
 
-    def generate(self, messages, sampling, spec, *, cache=DEFAULT_CACHE, cancel=None):
-        self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache))
+    def generate(self, messages, sampling, spec, *, cache=DEFAULT_CACHE, cancel=None, prediction=""):
+        self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache, prediction=prediction))
         if not messages[-1]["content"].strip():
             raise EmptyPromptError("the message is empty: type something to ask")
         yield CacheEvent("off")

@@ -1,0 +1,81 @@
+"""Predicted outputs (OpenAI's ``prediction``): text the client expects the answer to restate, as a free draft.
+
+A prediction is not the answer. An edit's answer restates the file around its changes, with words of its own
+before, between and after. So the proposer keeps its place in the prediction, as a reader keeps a finger on a
+line: while the answer follows the prediction, the next span after the place is proposed; once the target departs
+from it, the place is found again by the answer's latest n-gram (its first occurrence at or after the last place,
+else the first anywhere), and until the answer rejoins the prediction the fallback proposer drafts.
+
+Drafts are one-hot (``q_probs=None``) and the target decides every token, so the answer is exactly the target's;
+a wrong prediction costs only the width of the verify forwards that carried it, which the k policy prices.
+"""
+from __future__ import annotations
+
+import torch
+
+from engine.backends.contract import common_prefix
+from engine.config import SamplingConfig
+from engine.decode.draft import Draft, Proposer
+
+
+def find_place(context: list[int], prediction: list[int], anchor: int, min_ngram: int = 3,
+               max_ngram: int = 8) -> int | None:
+    """Where in ``prediction`` the text continues after ``context``: just past an occurrence of the longest
+    suffix n-gram of ``context`` (``min_ngram <= n <= max_ngram``) that leaves a token to propose, the first one at
+    or after ``anchor`` (the last known place), else the first one. None: no such n-gram occurs."""
+    for n in range(min(max_ngram, len(context)), min_ngram - 1, -1):
+        suffix = context[-n:]
+        starts = _occurrences(prediction, suffix)
+        ends = [i + n for i in starts if i + n < len(prediction)]
+        if ends:
+            return next((end for end in ends if end >= anchor), ends[0])
+    return None
+
+
+def _occurrences(text: list[int], pattern: list[int]) -> list[int]:
+    """Every start of ``pattern`` in ``text``, in order (list.index finds each candidate first token in C)."""
+    found, i, first = [], 0, pattern[0]
+    while True:
+        try:
+            i = text.index(first, i)
+        except ValueError:
+            return found
+        if text[i:i + len(pattern)] == pattern:
+            found.append(i)
+        i += 1
+
+
+class PredictionProposer:
+    name = "prediction"
+
+    def __init__(self, prediction_ids: list[int], fallback: Proposer, span: int = 32):
+        self.prediction = list(prediction_ids)
+        self.fallback = fallback
+        self.span = span  # a span is free to make; the k policy cuts it to what pays on the measured curve
+        self.prompt_len = 0
+        self.anchor = 0  # the last place the answer was known to follow the prediction
+        self._last: tuple[int, int] | None = None  # (context length, place) of the span proposed last
+
+    def reset(self, prompt_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
+        self.prompt_len, self.anchor, self._last = len(prompt_ids), 0, None
+        self.fallback.reset(prompt_ids, sampling, generator)
+
+    def propose(self, context_ids: list[int], k: int) -> Draft:
+        place = self._place(context_ids)
+        if place is None or place >= len(self.prediction):
+            self._last = None
+            return self.fallback.propose(context_ids, k)
+        self.anchor, self._last = place, (len(context_ids), place)
+        return Draft(self.prediction[place:place + self.span], source=self.name)
+
+    def _place(self, context_ids: list[int]) -> int | None:
+        """Where the answer stands in the prediction: past the last span when the target took all of it and its
+        own next token is the prediction's too; at the start before the answer's first token; else found again."""
+        if self._last is not None:
+            at, place = self._last
+            new = context_ids[at:]
+            if common_prefix(new, self.prediction[place:place + len(new)]) == len(new):
+                return place + len(new)
+        elif len(context_ids) == self.prompt_len:
+            return 0
+        return find_place(context_ids[self.prompt_len:], self.prediction, self.anchor)

@@ -100,8 +100,9 @@ class FreeDrafts:
         if best:
             self.probes.paid()
             return best
-        probe = next((k for k in range(1, self.MOST + 1) if free.speedup(ALPHA_CEILING, k) > 1.0), 0)
-        return probe if probe and self.probes.due() else 0
+        if not self.probes.due():  # most losing steps: no pricing of a probe on the token loop
+            return 0
+        return next((k for k in range(1, self.MOST + 1) if free.speedup(ALPHA_CEILING, k) > 1.0), 0)
 
     def update(self, step: StepRecord) -> None:
         if step.free and step.n_drafted:
@@ -181,7 +182,7 @@ class AdaptiveK:
             return KChoice(self.k)
         best = self._paying_k(costs, self.alpha, remaining)
         if best == 0:
-            if self._paying_k(costs, ALPHA_CEILING, remaining) and self.probes.due():  # probe: measure alpha again
+            if self.probes.due() and self._paying_k(costs, ALPHA_CEILING, remaining):  # probe: measure alpha again
                 return KChoice(self.k_min, fallback=True)
             return KChoice(0, fallback=True)
         self.probes.paid()

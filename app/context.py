@@ -64,11 +64,13 @@ class AppContext:
             return None
 
     def baseline(self) -> dict | None:
-        """The cached target-only measurement for the loaded pair, or None (never measures)."""
+        """The cached target-only measurement for the loaded pair, or None (never measures; a record taken before
+        decode rates were kept counts as none)."""
         try:
-            return self.baselines.get(baseline_key(self.engine.info()))
+            record = self.baselines.get(baseline_key(self.engine.info()))
         except NoPairError:
             return None
+        return record if record and record.get("decode_tokens_per_s") else None
 
     def ensure_baseline(self, remeasure: bool = False) -> dict:
         return get_or_measure(self.engine, self.baselines, remeasure)

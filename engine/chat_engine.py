@@ -25,6 +25,7 @@ from engine.models.loading import LoadedModel
 from engine.serve import generation, proofs
 from engine.serve.model_lock import ModelLock
 from engine.serve.pair_slot import NO_JUDGE, PairSlot
+from engine.serve.run_ahead import run_ahead
 from engine.surface import CacheEntry, CacheInfo, CacheStats, PairInfo
 
 
@@ -68,14 +69,18 @@ class ChatEngine:
     def generate(self, messages: list[dict], sampling: SamplingConfig, spec: SpecConfig, *,
                  cache: CacheConfig = CacheConfig(), cancel: threading.Event | None = None,
                  prediction: str = "") -> Iterator[Event]:
+        """Decoded on its own worker at the engine's pace (engine/serve/run_ahead.py); closing the returned
+        generator stops the decode at its next step."""
         pair = self.slot.require()  # read once: a concurrent pair switch affects only later requests
         judging = self.slot.judge(pair, self.lock) if self.cache is not None and cache.mode == "direct" else NO_JUDGE
+        cancel = cancel or threading.Event()
         request = generation.ChatRequest(messages, sampling, spec, cache, cancel, prediction)
-        yield from generation.answer(pair, self.cache, self.lock, request, judging)
+        yield from run_ahead(generation.answer(pair, self.cache, self.lock, request, judging), cancel)
 
     def generate_reference(self, messages: list[dict], sampling: SamplingConfig,
                            cancel: threading.Event | None = None) -> Iterator[Event]:
-        yield from generation.reference(self.slot.require(), self.lock, messages, sampling, cancel)
+        cancel = cancel or threading.Event()
+        yield from run_ahead(generation.reference(self.slot.require(), self.lock, messages, sampling, cancel), cancel)
 
     # -- proofs, the lab ------------------------------------------------------------------------------------
     def explain_divergence(self, messages: list[dict], reference_ids: list[int],
@@ -91,7 +96,9 @@ class ChatEngine:
         """The loaded pair's models are reused, others load once for this run; each step holds the lock."""
         pair = self.slot.pair
         pool = ModelPool(list(pair.models) if pair else [], self.slot.cache_dir)
-        yield from self.lock.stepwise(run_grid(grid, pool, cancel), pool.models.values(), "while experimenting")
+        cancel = cancel or threading.Event()
+        yield from run_ahead(self.lock.stepwise(run_grid(grid, pool, cancel), pool.models.values(),
+                                                "while experimenting"), cancel, name="speclens-experiment")
 
     def pair_doctor(self, kinds: tuple[str, ...] = DOCTOR_KINDS, probe_tokens: int = 24,
                     cancel: threading.Event | None = None) -> DoctorReport:

@@ -17,6 +17,8 @@ PRECISIONS = (AUTO, *RECORDS)  # what a precision setting may be (engine/precisi
 MAX_K = 64
 MAX_NEW_TOKENS = 8192
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit integer
+MAX_STOPS = 4  # stop strings a request may give (OpenAI's limit)
+MAX_STOP_CHARS = 256  # the longest stop string
 MAX_CANDIDATES = 20  # the most likely tokens a TokenEvent may list beside its own (OpenAI's top_logprobs allows 20)
 # engine/proposers/__init__.py asserts that its registry has exactly these keys (it says which draft each uses)
 PROPOSER_NAMES = ("draft", "fast-draft", "lookup", "hybrid")
@@ -70,6 +72,7 @@ class SamplingConfig:
     max_new_tokens: int = 256
     stop_on_eos: bool = True
     candidates: int | None = None
+    stop: tuple[str, ...] = ()
 
     def __post_init__(self):
         _real("temperature", self.temperature, lambda t: 0.0 <= t <= 5.0, "[0, 5]")
@@ -81,6 +84,10 @@ class SamplingConfig:
         _bool("stop_on_eos", self.stop_on_eos)
         if self.candidates is not None:
             _int_in("candidates", self.candidates, 0, MAX_CANDIDATES, " or None (off)")
+        _check(isinstance(self.stop, tuple) and len(self.stop) <= MAX_STOPS
+               and all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in self.stop),
+               f"stop must be a tuple of at most {MAX_STOPS} non-empty strings of at most {MAX_STOP_CHARS} "
+               f"characters, got {self.stop!r}", "stop")
 
     @property
     def greedy(self) -> bool:

@@ -141,11 +141,20 @@ class StatsEvent:
     costs: StepCosts | None = None  # the k policy's step costs fitted so far; None before a fit (or target-only)
     # each draft source's own share of ``acceptance`` (Draft.source: "prediction", "lookup", "fast-draft", …)
     by_source: tuple[tuple[str, Acceptance], ...] = ()
+    first_token_s: float | None = None  # when the first token came, from the decode's start (its prefill)
     type: str = "stats"
 
     @property
     def tokens_per_s(self) -> float:
+        """End to end: the answer's tokens over the seconds since its decode started, the prefill counted."""
         return self.new_tokens / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """The decode rate: the tokens after the first over the seconds after it (None before a second token)."""
+        if self.first_token_s is None or self.new_tokens < 2 or self.elapsed_s <= self.first_token_s:
+            return None
+        return (self.new_tokens - 1) / (self.elapsed_s - self.first_token_s)
 
     def of_source(self, source: str) -> Acceptance:
         """How the drafts of ``source`` fared (nothing drafted: an empty Acceptance)."""
@@ -154,6 +163,7 @@ class StatsEvent:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.update(acceptance=self.acceptance.to_dict(), tokens_per_s=self.tokens_per_s,
+                 decode_tokens_per_s=self.decode_tokens_per_s,
                  by_source={name: a.to_dict() for name, a in self.by_source})
         return d
 
@@ -173,7 +183,7 @@ class CacheEvent:
 
 @dataclass(frozen=True)
 class DoneEvent:
-    finish_reason: str  # "eos" | "length" | "cancelled"
+    finish_reason: str  # "eos" | "length" | "stop" (a stop string) | "cancelled"
     text: str
     token_ids: tuple[int, ...]
     stats: StatsEvent

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from engine.events import DoneEvent
 
-FINISH = {"eos": "stop", "length": "length", "cancelled": "stop"}
+FINISH = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "stop"}
 
 
 class ApiError(Exception):
@@ -152,7 +152,7 @@ class Answer:
 
     @property
     def stopped(self) -> bool:
-        """A stop string was found: the engine should stop at its next step."""
+        """A stop string was found (the engine stopped in the step that made it: SamplingConfig.stop)."""
         return self.release.cut is not None
 
     @property

@@ -11,14 +11,14 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from app.api.openai_format import ApiError
-from engine.config import DEFAULT_SAMPLING, SamplingConfig
+from engine.config import DEFAULT_SAMPLING, MAX_STOPS, SamplingConfig
 from engine.errors import InvalidSettingError
 
 OPENAI_TEMPERATURE = 1.0  # OpenAI's default when a request names none (every other default is the engine's)
 OPENAI_MAX_TEMPERATURE = 2.0  # OpenAI's range is [0, 2]; the engine's own goes further (the UI's slider)
-MAX_STOPS = 4
 # the request's parameter behind each engine setting it sets (max_new_tokens: max_tokens or max_completion_tokens)
-PARAM_OF_SETTING = {"temperature": "temperature", "top_p": "top_p", "seed": "seed", "candidates": "top_logprobs"}
+PARAM_OF_SETTING = {"temperature": "temperature", "top_p": "top_p", "seed": "seed", "candidates": "top_logprobs",
+                    "stop": "stop"}
 
 
 class ChatMessage(BaseModel):
@@ -142,13 +142,14 @@ def _first_given(*values):
 def sampling_of(req: ChatCompletionRequest) -> SamplingConfig:
     """The request's sampling; what it leaves out is OpenAI's default temperature, else the engine's defaults.
     A given ``max_tokens`` of 0 is passed on, for the engine to refuse (as OpenAI does), not taken as unset.
-    ``logprobs`` asks the engine for each token's candidates: ``top_logprobs`` of them (0 when not given)."""
+    ``logprobs`` asks the engine for each token's candidates: ``top_logprobs`` of them (0 when not given). The stop
+    strings go to the engine, which stops decoding at one (the response's Release cuts the text there)."""
     max_new_tokens = _first_given(req.max_completion_tokens, req.max_tokens, DEFAULT_SAMPLING.max_new_tokens)
     try:
         return SamplingConfig(temperature=OPENAI_TEMPERATURE if req.temperature is None else req.temperature,
                               top_p=DEFAULT_SAMPLING.top_p if req.top_p is None else req.top_p,
                               max_new_tokens=max_new_tokens, seed=req.seed,
-                              candidates=(req.top_logprobs or 0) if req.logprobs else None)
+                              candidates=(req.top_logprobs or 0) if req.logprobs else None, stop=stop_strings(req))
     except InvalidSettingError as err:
         param = ("max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens") \
             if err.setting == "max_new_tokens" else PARAM_OF_SETTING.get(err.setting)

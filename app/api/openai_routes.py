@@ -65,14 +65,12 @@ def x_identity(ctx: AppContext) -> dict | None:
     return {**found, "verify_mode": pair.verify_mode, "verify": pair.verify_note} if pair.verify_mode else found
 
 
-def released(answer: Answer, events: Iterator, cancel: threading.Event) -> Iterator[Piece]:
+def released(answer: Answer, events: Iterator) -> Iterator[Piece]:
     """The one path from events to the response: what each event releases to the client (text, speculation and
-    logprobs entries), when it releases anything. A stop string sets ``cancel``: the engine stops at its next
-    step, and its last events (the DoneEvent) still come through."""
+    logprobs entries), when it releases anything. The engine stops by itself at a stop string (the request's
+    SamplingConfig.stop), so nothing is decoded past one; its last events (the DoneEvent) still come through."""
     for event in events:
         piece = answer.add(event)
-        if answer.stopped:
-            cancel.set()
         if piece.text or piece.speculation:
             yield piece
 
@@ -80,7 +78,7 @@ def released(answer: Answer, events: Iterator, cancel: threading.Event) -> Itera
 def run_completion(ctx: AppContext, req: ChatCompletionRequest, cancel: threading.Event) -> dict:
     """A whole answer as one chat.completion body; setting ``cancel`` stops the engine at its next step."""
     answer, first, events = _start(ctx, req, cancel)
-    whole = joined([*released(answer, chain([first], events), cancel), answer.finish()])
+    whole = joined([*released(answer, chain([first], events)), answer.finish()])
     if answer.done.finish_reason == "cancelled" and not answer.stopped:
         log.warning("the client left before its answer was complete: stopped after %d tokens",
                     len(answer.done.token_ids))
@@ -118,7 +116,7 @@ def sse_chunks(answer: Answer, first, events: Iterator, cancel: threading.Event,
     yield chunk({"role": "assistant", "content": ""}, cache=first.to_dict() if first.type == "cache" else None,
                 x_identity=checked)
     try:
-        for piece in released(answer, chain([first], events), cancel):
+        for piece in released(answer, chain([first], events)):
             yield chunk({"content": piece.text}, piece)
     except Exception as err:  # the response has begun: no status is left to fail with, so the stream says it
         log.exception("generation failed mid-stream")
@@ -130,19 +128,11 @@ def sse_chunks(answer: Answer, first, events: Iterator, cancel: threading.Event,
     yield "data: [DONE]\n\n"
 
 
-def _run_out(events: Iterator) -> None:
-    """Let a cancelled generation end its own way (its DoneEvent, the cache's bookkeeping), with nobody reading:
-    what a generation left by its client does in the non-streamed path too."""
-    try:
-        for _ in events:
-            pass
-    except Exception:  # nobody is left to tell
-        log.exception("generation failed after its client left")
-
-
 async def stream_completion(ctx: AppContext, req: ChatCompletionRequest):
-    """Server-sent chat.completion.chunk events, then ``data: [DONE]``. A client that goes away cancels.
-    Each step of the engine runs on a worker thread (Starlette's ``iterate_in_threadpool``)."""
+    """Server-sent chat.completion.chunk events, then ``data: [DONE]``. The engine decodes on its own worker
+    (ChatEngine.generate), so a slow client costs it nothing; each chunk is read here on a worker thread
+    (Starlette's ``iterate_in_threadpool``). A client that goes away sets ``cancel``: the engine stops at its next
+    step and ends its own way (its DoneEvent, the cache's bookkeeping) with nobody reading."""
     cancel = threading.Event()
     answer, first, events = await run_in_threadpool(_start, ctx, req, cancel)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -154,7 +144,6 @@ async def stream_completion(ctx: AppContext, req: ChatCompletionRequest):
                 yield chunk
         finally:  # the client left, or we are done: either way the engine stops at its next step
             cancel.set()
-            asyncio.get_running_loop().run_in_executor(None, _run_out, events)
 
     return StreamingResponse(body(), media_type="text/event-stream")
 

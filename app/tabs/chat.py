@@ -21,7 +21,8 @@ from app.views.render import error_html, error_message, info_html, legend_html, 
 from app.views.stats import SERIES_COLORS, acceptance_frame, render_stats, speedup_frame
 from engine.errors import EngineError
 
-PLOT_EVERY_S = 1.0  # plots redraw at most this often while streaming; the numbers update every step
+FRAME_S = 0.1  # a streaming answer redraws at most this often (10 frames a second)
+PLOT_EVERY_S = 1.0  # plots redraw at most this often while streaming
 # the speedup plot's "theory" line is engine.costs.costmodel.StepCosts.speedup at each k (not a closed formula)
 THEORY_CAPTION = ("theory: (1-α^(k+1))/(1-α) tokens per step over the step's k·t_draft + t_verify(k+1), "
                   "times t_verify(1): this answer's α and draft time, and the measured verify curve t_verify(n) "
@@ -145,7 +146,7 @@ def _stream_answer(ctx: AppContext, tab: ChatTab, *, history: list[dict], shown:
     except EngineError as err:  # bad input: said in the error box, the chat stays as it was
         yield _fail(tab, err)
         return
-    turn, baseline, last_plot = Turn(), ctx.baseline(), 0.0
+    turn, baseline, frames = Turn(), ctx.baseline(), Frames()
     doc = trace_document(turn, messages, ctx.pair(), s.to_dict())
     shown = [*shown, {"role": "user", "content": render_user(prompt)},
              {"role": "assistant", "content": turn.html(streaming=True)}]
@@ -153,18 +154,41 @@ def _stream_answer(ctx: AppContext, tab: ChatTab, *, history: list[dict], shown:
     with contextlib.closing(events):
         for event in chain(head, events):
             turn.add(event)
-            if event.type == "token":
-                continue  # a StatsEvent follows every step: redraw once per step
             finished = event.type == "done"
+            if not (finished or frames.due(event.type)):
+                continue
             shown[-1] = {"role": "assistant", "content": turn.html(streaming=not finished)}
-            update = {tab.chatbot: shown, tab.shown: shown, tab.trace: doc,
-                      tab.history: [*messages, {"role": "assistant", "content": turn.text}],
-                      tab.stats: render_stats(turn.stats, turn.cache, baseline, _status(turn))}
-            if turn.stats is not None and (finished or time.monotonic() - last_plot > PLOT_EVERY_S):
-                last_plot = time.monotonic()
+            update = {tab.chatbot: shown, tab.stats: render_stats(turn.stats, turn.cache, baseline, _status(turn))}
+            if finished:  # what the next turn, the export and the switches read: once, at the end
+                update.update({tab.shown: shown, tab.trace: doc,
+                               tab.history: [*messages, {"role": "assistant", "content": turn.text}]})
+            if turn.stats is not None and (finished or frames.plot_due()):
                 update[tab.accept_plot] = acceptance_frame(turn.stats)
                 update[tab.speed_plot] = speedup_frame(turn.stats, baseline)
             yield update
+
+
+class Frames:
+    """When a streaming answer redraws: at most once every ``FRAME_S`` (the events between are drawn together in
+    the next frame, since the engine runs ahead on its own worker), after a step (a StatsEvent), and the plots at
+    most every ``PLOT_EVERY_S``. A redraw costs the server a render and the browser a layout on the cores the model
+    runs on: drawing every token would slow the answer down."""
+
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self.last = self.last_plot = -float("inf")
+
+    def due(self, event_type: str) -> bool:
+        if event_type != "stats" or self.clock() - self.last < FRAME_S:
+            return False
+        self.last = self.clock()
+        return True
+
+    def plot_due(self) -> bool:
+        if self.clock() - self.last_plot < PLOT_EVERY_S:
+            return False
+        self.last_plot = self.clock()
+        return True
 
 
 def _status(turn: Turn) -> str:

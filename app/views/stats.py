@@ -19,18 +19,23 @@ def theoretical_speedup(stats: StatsEvent, k: int) -> float | None:
 
 
 def speedup(stats: StatsEvent | None, baseline: dict | None) -> float | None:
-    if stats is None or not baseline or not baseline.get("tokens_per_s") or stats.tokens_per_s <= 0:
+    """This answer's decode rate over the target-only decode rate measured on this machine (app/baseline.py): the
+    same measure on both sides, so neither the prefill nor the UI's delivery enters it. None until the answer has a
+    decode rate (two tokens)."""
+    if stats is None or not baseline or not baseline.get("decode_tokens_per_s"):
         return None
-    return stats.tokens_per_s / baseline["tokens_per_s"]
+    mine = stats.decode_tokens_per_s
+    return None if mine is None else mine / baseline["decode_tokens_per_s"]
 
 
 def format_stats(stats: StatsEvent | None) -> dict[str, str]:
     """The displayed values, as strings (tested directly)."""
     if stats is None:
-        return dict.fromkeys(("tokens/s", "acceptance", "mean accepted", "k", "steps", "tokens"), "–")
-    costs = stats.costs
+        return dict.fromkeys(("tokens/s", "decode tok/s", "acceptance", "mean accepted", "k", "steps", "tokens"), "–")
+    costs, decode = stats.costs, stats.decode_tokens_per_s
     return {
-        "tokens/s": f"{stats.tokens_per_s:.1f}",
+        "tokens/s": f"{stats.tokens_per_s:.1f}",  # end to end: the answer's tokens over its seconds, prefill counted
+        "decode tok/s": "–" if decode is None else f"{decode:.1f}",  # after the first token
         "acceptance": f"{stats.acceptance.acceptance_rate:.0%}" if stats.acceptance.proposed else "–",
         "mean accepted": f"{stats.acceptance.mean_accepted:.2f}",
         "k": f"{stats.k}" + (" (fallback)" if stats.fallback else ""),
@@ -66,8 +71,10 @@ def meter_html(factor: float | None, baseline: dict | None, served_from_cache: b
     fill = 0.0 if factor is None else min(factor, METER_MAX) / METER_MAX * 100
     state = "none" if factor is None else ("win" if factor >= 1.0 else "lose")
     text = "served from the cache" if served_from_cache else "–" if factor is None else f"{factor:.2f}× target-only"
-    how = (f"target-only {baseline['tokens_per_s']:.1f} tok/s, measured on this machine: "
-           f"{baseline.get('how', '')}")
+    if not baseline.get("decode_tokens_per_s"):
+        return '<div class="meter-box"><div class="meter-caption">Target-only speed not measured yet.</div></div>'
+    how = (f"this answer's decode rate over the target-only decode rate, {baseline['decode_tokens_per_s']:.1f} "
+           f"tok/s, measured on this machine: {baseline.get('how', '')}")
     if predicted is not None and not served_from_cache:
         how += f"; cost model at this k: {predicted:.2f}×"
     return (f'<div class="meter-box"><div class="meter-head"><span>Break-even meter</span>'

@@ -13,11 +13,13 @@ from engine.events import Acceptance, Candidates, DoneEvent, DraftCut, StatsEven
 
 
 class TokenStream:
-    """Turns accepted token ids into TokenEvents; knows when to stop (EOS, length). With ``candidates`` each event
-    carries its Candidates: the token spelled on its own and the alternatives the decoder passes to ``emit``."""
+    """Turns accepted token ids into TokenEvents; knows when to stop (EOS, length, a stop string). With
+    ``candidates`` each event carries its Candidates: the token spelled on its own and the alternatives the decoder
+    passes to ``emit``. ``stops``: the token whose text completes one of these strings is the answer's last (finish
+    reason ``stop``), so a decoder that emits a step's tokens stops within that step."""
 
     def __init__(self, tokenizer, eos_ids: frozenset[int], max_new_tokens: int, stop_on_eos: bool = True,
-                 prompt_tokens: int = 0, candidates: bool = False):
+                 prompt_tokens: int = 0, candidates: bool = False, stops: tuple[str, ...] = ()):
         self.detok = IncrementalDetokenizer(tokenizer)
         self.speller = TokenSpeller(tokenizer) if candidates else None
         self.prompt_tokens = prompt_tokens  # the prompt this answers (chat template included), for usage
@@ -27,6 +29,8 @@ class TokenStream:
         self.max_new_tokens = max_new_tokens
         self.token_ids: list[int] = []
         self.finish_reason: str | None = None
+        self.stops = stops
+        self._tail = ""  # the end of the text, as long as the longest stop string: where a new one can appear
         self.t0 = time.perf_counter()
 
     def finished(self, cancel: threading.Event | None = None) -> bool:
@@ -59,8 +63,18 @@ class TokenStream:
         if self.speller is not None:
             info["candidates"] = Candidates(self.speller.candidate(token_id, info.get("p_target")),
                                             tuple(self.speller.candidate(i, p) for i, p in top))
-        return TokenEvent(token_id=token_id, text=self.detok.push(token_id), kind=kind, step=step,
-                          t=time.perf_counter() - self.t0, **info)
+        text = self.detok.push(token_id)
+        if self.stops and text:
+            self._stop_at(text)
+        return TokenEvent(token_id=token_id, text=text, kind=kind, step=step, t=time.perf_counter() - self.t0,
+                          **info)
+
+    def _stop_at(self, text: str) -> None:
+        """Finish (reason ``stop``) when ``text`` completes a stop string; only the tail can hold a new one."""
+        window = self._tail + text
+        if any(s in window for s in self.stops):
+            self.finish_reason = "stop"
+        self._tail = window[-max(len(s) for s in self.stops):]
 
     def _rejected(self, token_id: int) -> dict:
         """The rejected draft token's text (a special token by its name, e.g. ``<|im_end|>``) and what kind of
@@ -87,6 +101,7 @@ class StatsTracker:
     cut_steps: int = 0  # steps whose free draft the k policy cut (or skipped): it would not have paid
     latest_cut: DraftCut | None = None
     by_source: dict[str, Acceptance] = field(default_factory=dict)  # the drafting steps of each Draft.source
+    first_token_s: float | None = None  # seconds from t0 to the end of the step that emitted the first token
     t0: float = field(default_factory=time.perf_counter)
 
     def record_step(self, step: StepRecord, fallback: bool = False, costs: StepCosts | None = None,
@@ -104,7 +119,10 @@ class StatsTracker:
         self.fallback, self.costs = fallback, costs
 
     def snapshot(self, new_tokens: int) -> StatsEvent:
-        return StatsEvent(new_tokens=new_tokens, elapsed_s=time.perf_counter() - self.t0, k=self.k,
+        elapsed = time.perf_counter() - self.t0
+        if self.first_token_s is None and new_tokens:
+            self.first_token_s = elapsed
+        return StatsEvent(new_tokens=new_tokens, elapsed_s=elapsed, k=self.k, first_token_s=self.first_token_s,
                           acceptance=self.acceptance, proposer=self.proposer, fallback=self.fallback,
                           draft_s=self.draft_s, verify_s=self.verify_s, cut_steps=self.cut_steps,
                           latest_cut=self.latest_cut, costs=self.costs, by_source=tuple(self.by_source.items()))

@@ -3,11 +3,14 @@
 Every path that runs the models takes it: a generation step, the exact-hit check, the paraphrase judge, a
 divergence's explanation, the fp32 proof, the pair doctor and an experiment step. An out-of-memory error on any
 of them becomes the same DeviceOutOfMemoryError, which says what the models take and what to choose instead.
-A generation holds it for one step at a time and never across a yield, so no call order can deadlock.
+A generation holds it for one step at a time and never across a yield, so no call order can deadlock. The lock
+is first come, first served: two generations at once take turns step by step (a plain lock lets the thread that
+just released it take it again before a waiting one wakes, so one answer would starve the other).
 """
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable, Collection, Iterator
 from contextlib import closing
 from typing import TypeVar
@@ -18,11 +21,39 @@ from engine.models.loading import LoadedModel
 T = TypeVar("T")
 
 
+class FairLock:
+    """A lock handed to its waiters in the order they asked (a ticket queue on one condition)."""
+
+    def __init__(self):
+        self._changed = threading.Condition(threading.Lock())
+        self._waiting: deque[object] = deque()
+        self._held = False
+
+    def acquire(self) -> None:
+        ticket = object()
+        with self._changed:
+            self._waiting.append(ticket)
+            try:
+                while self._held or self._waiting[0] is not ticket:
+                    self._changed.wait()
+            except BaseException:  # a waiter interrupted gives up its place, or it would block every later one
+                self._waiting.remove(ticket)
+                self._changed.notify_all()
+                raise
+            self._waiting.popleft()
+            self._held = True
+
+    def release(self) -> None:
+        with self._changed:
+            self._held = False
+            self._changed.notify_all()
+
+
 class Held:
     """The lock held around work on ``models`` (``what``: e.g. "while generating", for the error message). Used
     with ``with``, as often as needed: the judge holds one for every verdict."""
 
-    def __init__(self, lock: threading.Lock, models: Collection[LoadedModel], what: str):
+    def __init__(self, lock: FairLock, models: Collection[LoadedModel], what: str):
         self._lock, self.models, self.what = lock, models, what
 
     def __enter__(self) -> None:
@@ -37,7 +68,7 @@ class Held:
 
 class ModelLock:
     def __init__(self):
-        self._lock = threading.Lock()  # one piece of work on the models at a time
+        self._lock = FairLock()  # one piece of work on the models at a time, in turn
 
     def over(self, models: Collection[LoadedModel], what: str) -> Held:
         """The lock for work on ``models``: a live collection (a pool's ``values()``) names what it holds when

@@ -33,7 +33,8 @@ def answer_room(target: LoadedModel, prompt_ids: list[int], sampling: SamplingCo
 def token_stream(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig) -> TokenStream:
     """The stream of an answer to ``prompt_ids``: its clock starts now."""
     return TokenStream(target.tokenizer, target.eos_ids, answer_room(target, prompt_ids, sampling),
-                       sampling.stop_on_eos, prompt_tokens=len(prompt_ids), candidates=sampling.candidates is not None)
+                       sampling.stop_on_eos, prompt_tokens=len(prompt_ids), candidates=sampling.candidates is not None,
+                       stops=sampling.stop)
 
 
 def make_proposer(spec: SpecConfig, draft: LoadedModel, cached_answer: tuple[int, ...] = (),

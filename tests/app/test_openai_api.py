@@ -274,14 +274,21 @@ def test_unknown_routes_and_wrong_methods_under_v1_get_openai_errors_not_the_ui(
 
 
 class EndlessEngine(FakeEngine):
-    """Yields tokens until cancelled; says when it started and when its generation ended, and how."""
+    """Yields tokens until cancelled; says when it started and when its generation ended, and how. Like the
+    engine's, its generation runs ahead on a worker of its own (engine/serve/run_ahead.py): nobody has to read it
+    for it to see a cancel and end."""
 
     def __init__(self):
         super().__init__()
         self.started, self.stopped, self.finish = threading.Event(), threading.Event(), None
 
     def generate(self, messages, sampling, spec, *, cache=DEFAULT_CACHE, cancel=None, prediction=""):
+        from engine.serve.run_ahead import run_ahead
+
         self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache))
+        yield from run_ahead(self._endless(cancel), cancel)
+
+    def _endless(self, cancel):
         yield CacheEvent("off")
         n = 0
         try:

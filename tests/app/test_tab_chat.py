@@ -63,3 +63,36 @@ def test_closing_the_chat_stream_cancels_the_engine(tmp_path):
     assert not flag.is_set()
     stream.close()
     assert flag.is_set()
+
+
+def test_frames_coalesce_a_burst_of_steps_into_one_redraw():
+    from app.tabs.chat import FRAME_S, Frames
+
+    now = [0.0]
+    frames = Frames(clock=lambda: now[0])
+    assert not frames.due("token")  # tokens never draw alone: the step's StatsEvent does
+    assert frames.due("stats")
+    drawn = 0
+    for _ in range(50):  # a burst: 50 steps within one frame
+        now[0] += FRAME_S / 100
+        drawn += frames.due("stats")
+    assert drawn == 0
+    now[0] += FRAME_S
+    assert frames.due("stats")
+
+
+def test_a_fast_answer_is_drawn_in_few_frames_and_the_last_shows_every_token(tmp_path, monkeypatch):
+    """200 steps that come at once (a fast engine, a cached replay): a handful of updates, not 200; the states the
+    next turn reads are written once, with the whole answer."""
+    from app.tabs import chat
+
+    monkeypatch.setattr(chat.time, "monotonic", lambda: 1000.0)  # the whole answer within one frame
+    events = [CacheEvent("miss")]
+    for i in range(200):
+        events += [tok(f"w{i} "), stats()]
+    ctx = AppContext(FakeEngine([*events, done()]), BaselineStore(tmp_path / "b.json"))
+    updates = list(stream_answer(ctx, TAB, history=[], shown=[], prompt="hi", settings=UISettings(), session="s1"))
+    drawn = [u for u in updates if "chatbot" in u]
+    assert len(drawn) <= 3
+    assert sum("history" in u for u in updates) == 1 and "history" in updates[-1]
+    assert "w199" in updates[-1]["chatbot"][-1]["content"]

@@ -10,7 +10,7 @@ from tests.helpers.fakes import stats
 
 def test_format_stats():
     values = format_stats(stats())
-    assert values["tokens/s"] == "6.0"
+    assert values["tokens/s"] == "6.0" and values["decode tok/s"] == "10.0"  # end to end, and after the first token
     assert values["acceptance"] == "50%"
     assert values["mean accepted"] == "2.00"
     assert values["k"] == "4" and values["steps"] == "4" and values["tokens"] == "12"
@@ -18,11 +18,24 @@ def test_format_stats():
 
 
 def test_render_stats_shows_cache_outcome_and_meter():
-    baseline = {"tokens_per_s": 3.0, "how": "best of 2 runs"}
+    baseline = {"tokens_per_s": 3.0, "decode_tokens_per_s": 5.0, "how": "best of 2 runs"}
     html = render_stats(stats(), CacheEvent("verified", matched_prompt="hi", similarity=0.9), baseline)
     assert 'data-outcome="verified"' in html
     assert "2.00× target-only" in html and "best of 2 runs" in html
-    assert speedup(stats(), baseline) == pytest.approx(2.0)
+    assert speedup(stats(), baseline) == pytest.approx(2.0)  # decode rate over decode rate: 10 / 5
+
+
+def test_the_panel_shows_the_engines_own_rates_and_the_meter_compares_decode_with_decode():
+    """The panel's figures are the StatsEvent's (the engine's clock, not the UI's), and the meter divides the
+    answer's decode rate by the target-only decode rate: a slow prefill or a slow page moves neither."""
+    s = StatsEvent(new_tokens=41, elapsed_s=5.0, k=0, first_token_s=1.0)
+    assert s.tokens_per_s == pytest.approx(8.2) and s.decode_tokens_per_s == pytest.approx(10.0)
+    values = format_stats(s)
+    assert values["tokens/s"] == f"{s.tokens_per_s:.1f}" and values["decode tok/s"] == f"{s.decode_tokens_per_s:.1f}"
+    assert speedup(s, {"tokens_per_s": 8.2, "decode_tokens_per_s": 10.0}) == pytest.approx(1.0)
+    assert speedup(StatsEvent(new_tokens=1, elapsed_s=1.0, k=0, first_token_s=1.0), {"decode_tokens_per_s": 10.0}) \
+        is None  # one token: no decode rate yet
+    assert speedup(s, {"tokens_per_s": 8.2}) is None  # a record without a decode rate is not compared
 
 
 COSTS = StepCosts(verify_fixed_s=0.2, verify_per_token_s=0.05, draft_per_token_s=0.02)
@@ -36,7 +49,7 @@ def test_theory_uses_the_engine_cost_model():
     assert theoretical_speedup(stats(), 4) is None  # no fitted costs yet
     values = format_stats(s)
     assert values["verify ms"] == "200 + 50·n" and values["draft ms/token"] == "20"
-    assert "cost model at this k:" in render_stats(s, None, {"tokens_per_s": 3.0, "how": "x"})
+    assert "cost model at this k:" in render_stats(s, None, {"decode_tokens_per_s": 3.0, "how": "x"})
 
 
 def test_plot_frames():
@@ -46,7 +59,7 @@ def test_plot_frames():
     long = stats(steps=1, proposed=12, accepted=12, accepted_by_pos=(1,) * 12, proposed_by_pos=(1,) * 12)
     assert sorted(acceptance_frame(long)["position"])[-3:] == ["10", "11", "12"]
     assert list(acc["acceptance"]) == [1.0, 0.5, 0.25, 0.25]
-    frame = speedup_frame(s, {"tokens_per_s": 3.0})
+    frame = speedup_frame(s, {"decode_tokens_per_s": 3.0})
     assert set(frame["series"]) == {"theory", "measured", "break-even"}
     theory = frame[frame["series"] == "theory"]
     assert theory["k"].min() == 0 and theory["speedup"].iloc[0] == pytest.approx(1.0)
@@ -58,7 +71,7 @@ def test_plot_frames():
 
 def test_meter_says_served_from_cache_instead_of_a_speed_ratio():
     stats = StatsEvent(40, 0.001, 0)
-    html = render_stats(stats, CacheEvent("exact", "q", 1.0), {"tokens_per_s": 7.0, "how": "x"})
+    html = render_stats(stats, CacheEvent("exact", "q", 1.0), {"decode_tokens_per_s": 7.0, "how": "x"})
     assert "served from the cache" in html and "target-only</span>" not in html
 
 

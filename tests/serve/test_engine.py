@@ -1,5 +1,6 @@
 """The engine on its own: settings validated once, safe under threads, final text = streamed text."""
 import math
+from dataclasses import replace
 import threading
 
 import pytest
@@ -204,10 +205,12 @@ def test_a_paused_generation_does_not_block_another_in_the_same_thread():
 
 
 def test_cancel_ends_an_engine_generation_with_the_cancelled_reason():
+    """The reader cancels after its second step; the decode, which runs ahead on its worker, stops at the step
+    it reaches next, before its room runs out, and every step it took reached the reader."""
     engine = ChatEngine()
     engine.use_models(*tiny_pair(1))
     cancel = threading.Event()
-    events = engine.generate(ask("stop me"), SamplingConfig(max_new_tokens=200, stop_on_eos=False), SPEC,
+    events = engine.generate(ask("stop me"), SamplingConfig(max_new_tokens=1000, stop_on_eos=False), SPEC,
                              cancel=cancel)
     steps = 0
     for event in events:
@@ -215,4 +218,28 @@ def test_cancel_ends_an_engine_generation_with_the_cancelled_reason():
             steps += 1
             if steps == 2:
                 cancel.set()
-    assert event.type == "done" and event.finish_reason == "cancelled" and event.stats.acceptance.steps == 2
+    assert event.type == "done" and event.finish_reason == "cancelled"
+    assert event.stats.acceptance.steps == steps  # "cancelled", not "length": it stopped before the room ran out
+
+
+def test_a_stop_string_ends_the_decode_in_the_step_that_completes_it():
+    """The engine applies stop strings (SamplingConfig.stop): the token that completes one is the answer's last,
+    so nothing is decoded past it even when the reader is far behind; the answer is the plain answer's prefix."""
+    engine = ChatEngine()
+    engine.use_models(*tiny_pair(5))
+    sampling = SamplingConfig(max_new_tokens=60, stop_on_eos=False)
+    full = final_done(engine.generate(ask("stop strings"), sampling, SPEC))
+    middle = len(full.text) // 2
+    stop = full.text[middle:middle + 3]
+    assert stop and full.text.find(stop) < len(full.text) - 3
+    events = list(engine.generate(ask("stop strings"), replace(sampling, stop=(stop,)), SPEC))
+    texts, done = [e.text for e in events if e.type == "token"], events[-1]
+    assert done.finish_reason == "stop" and stop in "".join(texts) and stop not in "".join(texts[:-1])
+    assert done.token_ids == full.token_ids[:len(done.token_ids)] and len(done.token_ids) < len(full.token_ids)
+
+
+@pytest.mark.parametrize("stop", [("",), ("x",) * 5, ("x" * 257,), ["x"], (1,)])
+def test_sampling_config_refuses_bad_stop_strings(stop):
+    with pytest.raises(InvalidSettingError) as err:
+        SamplingConfig(stop=stop)
+    assert err.value.setting == "stop"

@@ -1,0 +1,359 @@
+"""Serving bench: what a user gets where a user gets it, interleaved per prompt in one run.
+
+python -m bench.speed.serving --prompts bench/prompts/eval.jsonl [--max-new-tokens 96]
+                              [--modes browser,v1,engine,llama-server] [--app-dir DIR] [--llama-server PATH]
+                              [--threads N] [--json OUT]
+
+One conversation: every prompt of the file is sent after the ones before it, with their answers as its history,
+to four paths, in an order rotated per prompt:
+- ``browser``: the app's Chat tab in headless Chromium (Playwright, Debian's /usr/bin/chromium), on the same cores
+  as the app, as a local user has it; its clock runs in the page, from the click to the last token drawn;
+- ``v1``: the app's ``/v1/chat/completions``, streamed;
+- ``engine``: the same engine in this process (``ChatEngine.generate``, the default spec, no cache);
+- ``llama-server``: llama.cpp's ``/v1/completions`` on the same GGUF with the same prompt tokens, streamed.
+
+The app is ``launch.py --no-semantic-cache`` (from ``--app-dir``, this checkout by default) on a free port, the
+default pair. Every run starts from the state a chat's next turn finds: the conversation so far is in the path's
+KV cache and the new message is not (each run is preceded by a one-token request of the history and another
+message on the same path). Each run records tokens, seconds, the time to the first token and the decode rate;
+the browser's also the panel's tokens/s, and every app run the CPU seconds the app (and for the browser, Chromium)
+took meanwhile. The summary prints the ratios the issue asks for.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from bench.cli import arguments_checked, read_jsonl
+from bench.peer.server import INSTALL_HINT, LlamaServer, ServerConfig, find_llama_server, free_port
+from bench.speed.mode_runs import decode_rate
+
+ROOT = Path(__file__).resolve().parents[2]
+MODES = ("browser", "v1", "engine", "llama-server")
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+PRIME = "."  # the other message of a primer: its request puts the history in the path's KV cache
+STARTUP_S = 900
+
+# the page's clock: the click, the first token drawn and the last, for the answer being waited on
+WATCH_JS = """() => {
+  const chat = document.querySelector('#chat');
+  window.__bench = {want: -1, click: 0, first: 0, last: 0, n: 0};
+  new MutationObserver(() => {
+    const b = window.__bench, answers = chat.querySelectorAll('.tokstream');
+    if (answers.length !== b.want) return;
+    const n = answers[answers.length - 1].querySelectorAll('.tok').length;
+    if (n !== b.n) { const now = performance.now(); if (!b.first && n) b.first = now; b.last = now; b.n = n; }
+  }).observe(chat, {childList: true, subtree: true, characterData: true});
+}"""
+SEND_JS = """want => { window.__bench = {...window.__bench, want, click: performance.now(), first: 0, last: 0, n: 0};
+  document.querySelector('#send').click(); }"""
+FINISHED_JS = """n => document.querySelectorAll('#chat .tokstream').length === n &&
+  document.querySelectorAll('#chat .tokstream.streaming').length === 0"""
+
+
+def cpu_seconds(pids) -> float:
+    """User and system CPU seconds of the processes ``pids`` (Linux /proc)."""
+    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def chromium_pids() -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if "chrom" in (entry / "comm").read_text():
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+def post_json(url: str, body: dict, timeout: float = 600.0) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def stream_sse(url: str, body: dict, timeout: float = 1800.0) -> dict:
+    """POST a streamed OpenAI request; the bench's clock from before the request to each content chunk."""
+    request = urllib.request.Request(url, data=json.dumps({**body, "stream": True}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    began, first, text, usage, timings = time.perf_counter(), None, [], None, None
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        for raw in response:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[len("data: "):])
+            usage = chunk.get("usage") or usage
+            timings = chunk.get("timings") or timings
+            for choice in chunk.get("choices") or ():
+                piece = (choice.get("delta") or {}).get("content") or choice.get("text") or ""
+                if piece:
+                    first = first if first is not None else time.perf_counter() - began
+                    text.append(piece)
+    seconds = time.perf_counter() - began
+    tokens = (usage or {}).get("completion_tokens") or (timings or {}).get("predicted_n") or 0
+    return {"text": "".join(text), "tokens": tokens, "seconds": seconds, "ttft_s": first,
+            "decode_tokens_per_s": decode_rate(tokens, seconds, first)}
+
+
+@contextmanager
+def launched_app(app_dir: Path, cache_dir: str | None):
+    """``launch.py --no-browser --no-semantic-cache`` from ``app_dir`` on a free port; yields (url, pid)."""
+    port = free_port()
+    command = [sys.executable, "launch.py", "--no-browser", "--no-semantic-cache", "--port", str(port)]
+    if cache_dir:
+        command += ["--cache-dir", cache_dir]
+    log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"speclens-serving-{port}.log", "w")
+    proc = subprocess.Popen(command, cwd=app_dir, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_S
+        while True:
+            if proc.poll() is not None:
+                sys.exit(f"launch.py exited with {proc.returncode}: see {log.name}")
+            try:
+                with urllib.request.urlopen(url + "/v1/models", timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    sys.exit(f"launch.py did not serve within {STARTUP_S} s: see {log.name}")
+                time.sleep(1)
+        yield url, proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+class Browser:
+    """One Chat tab in headless Chromium, one conversation."""
+
+    def __init__(self, stack: ExitStack, url: str):
+        from playwright.sync_api import sync_playwright
+
+        self.pw = stack.enter_context(sync_playwright())
+        self.browser = self.pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        stack.callback(self.browser.close)
+        self.page = self.browser.new_page(viewport={"width": 1500, "height": 1000})
+        self.page.goto(url)
+        self.page.wait_for_selector("#msg textarea", timeout=120_000)
+        self.page.evaluate(WATCH_JS)
+        self.answers = 0
+
+    def ask(self, prompt: str) -> dict:
+        page = self.page
+        page.fill("#msg textarea", prompt)
+        self.answers += 1
+        page.evaluate(SEND_JS, self.answers)
+        page.wait_for_function(FINISHED_JS, arg=self.answers, timeout=1_800_000, polling=200)
+        clock = page.evaluate("() => window.__bench")
+        stat = lambda label: page.locator(f'#stats [data-stat="{label}"] .stat-value').inner_text()  # noqa: E731
+        tokens = int(stat("tokens"))
+        seconds = (clock["last"] - clock["click"]) / 1000
+        ttft = (clock["first"] - clock["click"]) / 1000 if clock["first"] else None
+        panel, panel_decode = float(stat("tokens/s")), stat("decode tok/s")
+        return {"tokens": tokens, "seconds": seconds, "ttft_s": ttft,
+                "decode_tokens_per_s": decode_rate(tokens, seconds, ttft), "panel_tokens_per_s": panel,
+                "panel_decode_tokens_per_s": None if panel_decode == "–" else float(panel_decode)}
+
+
+class Paths:
+    """The four paths, each able to prime its KV cache with a history and to answer one turn."""
+
+    def __init__(self, stack: ExitStack, args, modes: list[str]):
+        self.modes, self.max_new_tokens = modes, args.max_new_tokens
+        self.url, self.app_pid = stack.enter_context(launched_app(Path(args.app_dir), args.cache_dir))
+        self.browser = Browser(stack, self.url) if "browser" in modes else None
+        from engine.chat_engine import ChatEngine  # the in-process engine, and the tokenizer for llama-server
+
+        self.engine = ChatEngine(cache_dir=Path(args.cache_dir) if args.cache_dir else None)
+        self.engine.load_pair()
+        self.peer = None
+        if "llama-server" in modes:
+            from engine.models.catalog import DEFAULT_TARGET, model_gguf
+
+            binary = find_llama_server(args.llama_server)
+            if binary is None:
+                sys.exit(f"no llama-server found: {INSTALL_HINT}")
+            threads = args.threads or self.engine.target.backend.threads
+            self.peer = stack.enter_context(LlamaServer(ServerConfig(binary, model_gguf(DEFAULT_TARGET),
+                                                                     threads=threads, context=8192)))
+
+    def prime(self, mode: str, history: list[dict]) -> None:
+        messages = [*history, {"role": "user", "content": PRIME}]
+        if mode in ("browser", "v1"):  # one app, one pool of contexts
+            post_json(self.url + "/v1/chat/completions", {"messages": messages, "max_tokens": 1, "temperature": 0})
+        elif mode == "engine":
+            from engine.config import CACHE_OFF, DEFAULT_SPEC, SamplingConfig
+
+            for _ in self.engine.generate(messages, SamplingConfig(max_new_tokens=1), DEFAULT_SPEC, cache=CACHE_OFF):
+                pass
+        else:
+            post_json(self.peer.url + "/v1/completions", {"prompt": self.engine.encode(messages), "max_tokens": 1,
+                                                          "temperature": 0, "cache_prompt": True})
+
+    def run(self, mode: str, messages: list[dict]) -> dict:
+        app_cpu, chromium = cpu_seconds([self.app_pid]), chromium_pids()
+        browser_cpu = cpu_seconds(chromium)
+        if mode == "browser":
+            run = self.browser.ask(messages[-1]["content"])
+        elif mode == "v1":
+            run = stream_sse(self.url + "/v1/chat/completions",
+                             {"messages": messages, "max_tokens": self.max_new_tokens, "temperature": 0,
+                              "stream_options": {"include_usage": True}})
+        elif mode == "engine":
+            run = self._engine_run(messages)
+        else:
+            run = stream_sse(self.peer.url + "/v1/completions",
+                             {"prompt": self.engine.encode(messages), "max_tokens": self.max_new_tokens,
+                              "temperature": 0, "top_k": 1, "cache_prompt": True})
+        if mode in ("browser", "v1"):
+            run["app_cpu_s"] = cpu_seconds([self.app_pid]) - app_cpu
+            run["browser_cpu_s"] = cpu_seconds(chromium) - browser_cpu
+        return run
+
+    def _engine_run(self, messages: list[dict]) -> dict:
+        from engine.config import CACHE_OFF, DEFAULT_SPEC, SamplingConfig
+
+        began, first, done = time.perf_counter(), None, None
+        for event in self.engine.generate(messages, SamplingConfig(max_new_tokens=self.max_new_tokens), DEFAULT_SPEC,
+                                          cache=CACHE_OFF):
+            if event.type == "token" and first is None:
+                first = time.perf_counter() - began
+            elif event.type == "done":
+                done = event
+        seconds = time.perf_counter() - began
+        tokens = len(done.token_ids)
+        return {"text": done.text, "tokens": tokens, "seconds": seconds, "ttft_s": first,
+                "decode_tokens_per_s": decode_rate(tokens, seconds, first)}
+
+
+def run_bench(paths: Paths, prompts: list[dict], modes: list[str]) -> list[dict]:
+    """Every prompt through every mode (the order rotated per prompt), one conversation."""
+    runs, history = [], []
+    with tqdm(total=len(prompts) * len(modes), desc="serving", unit="run") as bar:
+        for i, item in enumerate(prompts):
+            messages = [*history, {"role": "user", "content": item["prompt"]}]
+            answer = None
+            for mode in modes[i % len(modes):] + modes[:i % len(modes)]:
+                bar.set_postfix_str(f"{item['id']} / {mode}")
+                paths.prime(mode, history)
+                run = paths.run(mode, messages)
+                answer = answer if answer is not None or "text" not in run else run["text"]
+                runs.append({"id": item["id"], "kind": item.get("kind", ""), "turn": i, "mode": mode,
+                             **{k: v for k, v in run.items() if k != "text"}})
+                bar.update()
+            history = [*messages, {"role": "assistant", "content": answer or ""}]
+    return runs
+
+
+def _rate(runs: list[dict]) -> float:
+    return sum(r["tokens"] for r in runs) / sum(r["seconds"] for r in runs)
+
+
+def summarize(runs: list[dict], modes: list[str]) -> dict:
+    by_mode = {m: [r for r in runs if r["mode"] == m] for m in modes}
+    table = {}
+    for mode, rs in by_mode.items():
+        decode = [r["decode_tokens_per_s"] for r in rs if r.get("decode_tokens_per_s")]
+        ttft = [r["ttft_s"] for r in rs if r.get("ttft_s") is not None]
+        table[mode] = {"tokens_per_s": _rate(rs), "decode_tokens_per_s": statistics.median(decode) if decode else None,
+                       "ttft_median_s": statistics.median(ttft) if ttft else None,
+                       "app_cpu_s_per_token": (sum(r["app_cpu_s"] for r in rs) / sum(r["tokens"] for r in rs))
+                       if rs and "app_cpu_s" in rs[0] else None,
+                       "browser_cpu_s_per_token": (sum(r["browser_cpu_s"] for r in rs) / sum(r["tokens"] for r in rs))
+                       if rs and "browser_cpu_s" in rs[0] else None}
+    ratios = {}
+
+    def ratio(name: str, a: str, b: str, field: str = "tokens_per_s"):
+        if a in table and b in table and table[a][field] and table[b][field]:
+            ratios[name] = table[a][field] / table[b][field]
+
+    ratio("browser / v1", "browser", "v1")
+    ratio("v1 / engine", "v1", "engine")
+    ratio("v1 / llama-server", "v1", "llama-server")
+    ratio("engine / llama-server", "engine", "llama-server")
+    ratio("v1 TTFT / llama-server TTFT", "v1", "llama-server", "ttft_median_s")
+    browser = by_mode.get("browser") or []
+    if len(browser) >= 2 and browser[0].get("decode_tokens_per_s") and browser[-1].get("decode_tokens_per_s"):
+        ratios["browser last / first (decode)"] = browser[-1]["decode_tokens_per_s"] / browser[0]["decode_tokens_per_s"]
+    panel = [r["panel_tokens_per_s"] / (r["tokens"] / r["seconds"]) for r in browser if r["seconds"] > 0]
+    if panel:
+        ratios["panel / browser-seen tok/s (worst)"] = max(panel, key=lambda x: abs(x - 1))
+    return {"modes": table, "ratios": ratios}
+
+
+def format_summary(summary: dict) -> str:
+    lines = ["| path | tok/s | decode tok/s (median) | TTFT median | app CPU ms/token | Chromium CPU ms/token |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    ms = lambda x: "–" if x is None else f"{x * 1e3:.1f}"  # noqa: E731
+    for mode, row in summary["modes"].items():
+        decode = "–" if row["decode_tokens_per_s"] is None else f"{row['decode_tokens_per_s']:.2f}"
+        ttft = "–" if row["ttft_median_s"] is None else f"{row['ttft_median_s']:.2f} s"
+        lines.append(f"| {mode} | {row['tokens_per_s']:.2f} | {decode} | {ttft} | {ms(row['app_cpu_s_per_token'])} "
+                     f"| {ms(row['browser_cpu_s_per_token'])} |")
+    lines += ["", *(f"- {name}: {value:.2f}×" if "TTFT" not in name and "panel" not in name else
+                    f"- {name}: {value:.2f}" for name, value in summary["ratios"].items())]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.speed.serving", description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", required=True, help="JSONL with {id, kind, prompt} per line")
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--modes", default=",".join(MODES), help=f"a comma list of {', '.join(MODES)}")
+    parser.add_argument("--app-dir", default=str(ROOT), help="the checkout whose launch.py serves the app")
+    parser.add_argument("--cache-dir", default=None, help="the app's --cache-dir (default: the app's default)")
+    parser.add_argument("--llama-server", default=None, help="llama-server binary (default: PATH, then the peer extra)")
+    parser.add_argument("--threads", type=int, default=None, help="llama-server's threads (default: the engine's)")
+    parser.add_argument("--json", help="write the runs and the summary here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    with arguments_checked(parser):
+        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+        unknown = [m for m in modes if m not in MODES]
+        if unknown or not modes:
+            raise ValueError(f"--modes: {', '.join(unknown) or 'none given'}; choose from {', '.join(MODES)}")
+        if args.max_new_tokens < 1:
+            raise ValueError("--max-new-tokens must be at least 1")
+        prompts = read_jsonl(args.prompts, ("id", "prompt"))
+    with ExitStack() as stack:
+        paths = Paths(stack, args, modes)
+        print(f"[serving] {os.cpu_count()} cores; app {paths.url}; modes {', '.join(modes)}", flush=True)
+        runs = run_bench(paths, prompts, modes)
+    summary = summarize(runs, modes)
+    print(format_summary(summary))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"runs": runs, "summary": summary}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

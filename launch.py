@@ -273,7 +273,8 @@ def serve(args: argparse.Namespace, cache_dir: Path, engine, sock: socket.socket
         baseline = ctx.ensure_baseline()
     except EngineError as err:  # e.g. the GPU ran out of memory: a sentence with the sizes, not a traceback
         sys.exit(f"[speclens] could not measure the target-only speed: {err}")
-    print(f"[speclens] target-only: {baseline['tokens_per_s']:.1f} tok/s ({baseline['how']})", flush=True)
+    print(f"[speclens] target-only: {baseline['decode_tokens_per_s']:.1f} tok/s decoding ({baseline['how']})",
+          flush=True)
     demo = build_demo(ctx)
     demo.queue(default_concurrency_limit=1)
     port = sock.getsockname()[1]  # --port 0: the one the system chose

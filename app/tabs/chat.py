@@ -22,6 +22,7 @@ from app.views.stats import SERIES_COLORS, acceptance_frame, render_stats, speed
 from engine.errors import EngineError
 
 FRAME_S = 0.1  # a streaming answer redraws at most this often (10 frames a second)
+LIVE_CLASSES = ("chat-live",)
 PLOT_EVERY_S = 1.0  # plots redraw at most this often while streaming
 # the speedup plot's "theory" line is engine.costs.costmodel.StepCosts.speedup at each k (not a closed formula)
 THEORY_CAPTION = ("theory: (1-α^(k+1))/(1-α) tokens per step over the step's k·t_draft + t_verify(k+1), "
@@ -31,7 +32,8 @@ THEORY_CAPTION = ("theory: (1-α^(k+1))/(1-α) tokens per step over the step's k
 
 @dataclass(frozen=True)
 class ChatTab:
-    chatbot: gr.Chatbot
+    chatbot: gr.Chatbot  # the finished messages
+    live: gr.HTML  # the answer while it streams, under the chat: a redraw never touches the earlier messages
     error_box: gr.HTML  # the race and the pair panel say their errors here too
     msg: gr.Textbox
     prediction: gr.Textbox  # an expected answer: text the answer should restate, verified as a free draft
@@ -61,8 +63,9 @@ def create(baseline: dict | None) -> ChatTab:
 
 
 def answer_views(tab: ChatTab) -> list:
-    """The chat's answers with their own classes (none), for the "show rejected" and "answer view" switches."""
-    return [(tab.chatbot, [])]
+    """The chat's answers, finished and streaming, with their own classes, for the "show rejected" and "answer
+    view" switches."""
+    return [(tab.chatbot, []), (tab.live, list(LIVE_CLASSES))]
 
 
 def create_chat_panel(examples: list[list[str]], labels: list[str]) -> dict:
@@ -72,6 +75,7 @@ def create_chat_panel(examples: list[list[str]], labels: list[str]) -> dict:
                          latex_delimiters=[], allow_tags=False, feedback_options=None, buttons=["copy"],
                          group_consecutive_messages=False, label="Chat", show_label=False,
                          placeholder="Ask something. Each answer token is coloured by how it was produced.")
+    live = gr.HTML(elem_id="chat-live", elem_classes=list(LIVE_CLASSES))
     error_box = gr.HTML(elem_id="error-box")
     with gr.Row(equal_height=True):
         # Gradio submits on Enter only when lines == 1 (with more lines it submits on Shift+Enter); max_lines > 1
@@ -93,7 +97,7 @@ def create_chat_panel(examples: list[list[str]], labels: list[str]) -> dict:
     gr.Examples(examples, inputs=[msg], label="Examples (code and edits accept many draft tokens; poems and "
                                              "random lists accept few)", example_labels=labels,
                 examples_per_page=8)
-    return dict(chatbot=chatbot, error_box=error_box, msg=msg, prediction=prediction, send=send, stop=stop,
+    return dict(chatbot=chatbot, live=live, error_box=error_box, msg=msg, prediction=prediction, send=send, stop=stop,
                 regen=regen, clear=clear,
                 export=export, trace_file=trace_file, history=gr.State([]), shown=gr.State([]), trace=gr.State({}))
 
@@ -148,20 +152,24 @@ def _stream_answer(ctx: AppContext, tab: ChatTab, *, history: list[dict], shown:
         return
     turn, baseline, frames = Turn(), ctx.baseline(), Frames()
     doc = trace_document(turn, messages, ctx.pair(), s.to_dict())
-    shown = [*shown, {"role": "user", "content": render_user(prompt)},
-             {"role": "assistant", "content": turn.html(streaming=True)}]
-    yield {tab.msg: "", tab.error_box: error_html(None), tab.chatbot: shown}
+    # the chat takes the question now and the answer when it is done; meanwhile the answer streams into the live
+    # box under it, so what a redraw costs (the server's render, the wire, the browser's layout) is this answer's
+    # alone, however long the conversation
+    shown = [*shown, {"role": "user", "content": render_user(prompt)}]
+    yield {tab.msg: "", tab.error_box: error_html(None), tab.chatbot: shown, tab.live: turn.html(streaming=True)}
     with contextlib.closing(events):
         for event in chain(head, events):
             turn.add(event)
             finished = event.type == "done"
             if not (finished or frames.due(event.type)):
                 continue
-            shown[-1] = {"role": "assistant", "content": turn.html(streaming=not finished)}
-            update = {tab.chatbot: shown, tab.stats: render_stats(turn.stats, turn.cache, baseline, _status(turn))}
-            if finished:  # what the next turn, the export and the switches read: once, at the end
-                update.update({tab.shown: shown, tab.trace: doc,
+            update = {tab.stats: render_stats(turn.stats, turn.cache, baseline, _status(turn))}
+            if finished:  # the answer joins the chat, with what the next turn, the export and the switches read
+                shown = [*shown, {"role": "assistant", "content": turn.html()}]
+                update.update({tab.chatbot: shown, tab.live: "", tab.shown: shown, tab.trace: doc,
                                tab.history: [*messages, {"role": "assistant", "content": turn.text}]})
+            else:
+                update[tab.live] = turn.html(streaming=True)
             if turn.stats is not None and (finished or frames.plot_due()):
                 update[tab.accept_plot] = acceptance_frame(turn.stats)
                 update[tab.speed_plot] = speedup_frame(turn.stats, baseline)
@@ -229,7 +237,7 @@ def make_handlers(ctx: AppContext, tab: ChatTab, controls: Controls) -> dict:
     def clear(request: gr.Request):
         ctx.cancels.cancel(session_id(request))
         empty_stats = render_stats(None, None, ctx.baseline())
-        return ([], [], [], {}, error_html(None), empty_stats, acceptance_frame(None), speedup_frame(None, None),
+        return ([], "", [], [], {}, error_html(None), empty_stats, acceptance_frame(None), speedup_frame(None, None),
                 gr.update(value=None, visible=False))
 
     def export(trace: dict):
@@ -251,15 +259,15 @@ def wire(ctx: AppContext, tab: ChatTab, controls: Controls) -> list:
     """The chat's events; returns the two that answer (send, regenerate), for what should follow an answer."""
     h = make_handlers(ctx, tab, controls)
     inputs = {*controls.settings_fields().values(), tab.msg, tab.prediction, tab.history, tab.shown}
-    outputs = [tab.chatbot, tab.shown, tab.history, tab.trace, tab.stats, tab.accept_plot, tab.speed_plot, tab.msg,
-               tab.error_box]
+    outputs = [tab.chatbot, tab.live, tab.shown, tab.history, tab.trace, tab.stats, tab.accept_plot, tab.speed_plot,
+               tab.msg, tab.error_box]
     send = gr.on([tab.msg.submit, tab.send.click], h["send"], inputs, outputs, api_name="send",
                  show_progress_on=[tab.chatbot], **ENGINE)
     regen = tab.regen.click(h["regenerate"], inputs, outputs, api_name="regenerate", show_progress_on=[tab.chatbot],
                             **ENGINE)
     tab.stop.click(h["stop"], None, [tab.error_box], queue=False, api_visibility="private")
-    tab.clear.click(h["clear"], None, [tab.chatbot, tab.shown, tab.history, tab.trace, tab.error_box, tab.stats,
-                                       tab.accept_plot, tab.speed_plot, tab.trace_file],
+    tab.clear.click(h["clear"], None, [tab.chatbot, tab.live, tab.shown, tab.history, tab.trace, tab.error_box,
+                                       tab.stats, tab.accept_plot, tab.speed_plot, tab.trace_file],
                     cancels=[send, regen], queue=False, api_name="clear")
     tab.export.click(h["export"], [tab.trace], [tab.trace_file], api_name="export_trace")
     return [send, regen]

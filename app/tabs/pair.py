@@ -61,7 +61,8 @@ def pair_status_html(pair: PairInfo | None, baseline: dict | None = None, note: 
                 f' · <b>draft</b> {esc(pair.draft)} <span class="prec">{esc(pair.draft_precision)}</span>'
                 f' · {esc(pair.device)}' + (f' · {esc(pair.runner)}' if pair.runner else ""))
         if baseline:
-            body += f' · target-only {baseline["tokens_per_s"]:.1f} tok/s'
+            body += (f' · target-only {baseline["decode_tokens_per_s"]:.1f} tok/s decoding, '
+                     f'{baseline["tokens_per_s"]:.1f} end to end')
         if pair.precision_note:
             body += f'<div class="precision-note">{esc(pair.precision_note)}</div>'
         if pair.identity_note:

@@ -8,7 +8,7 @@ import gradio as gr
 
 from app import toast
 from app.context import AppContext, session_id
-from app.tabs.chat import export_trace_file
+from app.tabs.chat import Frames, export_trace_file
 from app.tabs.controls import Controls
 from app.tabs.engine_queue import ENGINE
 from app.views.divergence import divergence_html, proof_html
@@ -80,11 +80,13 @@ def _side(turn: Turn, streaming: bool) -> str:
 
 
 def _pump(events, turn: Turn, out):
-    """Stream one side of the race into its panel, one update per step."""
+    """Stream one side of the race into its panel, at the chat's frame budget (app/tabs/chat.py's Frames): the
+    decode runs ahead on its worker, so a redraw never slows the side it times."""
+    frames = Frames()
     with contextlib.closing(events):
         for event in events:
             turn.add(event)
-            if event.type != "token":
+            if event.type == "done" or frames.due(event.type):
                 yield {out: _side(turn, streaming=event.type != "done")}
 
 

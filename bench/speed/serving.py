@@ -1,8 +1,8 @@
 """Serving bench: what a user gets where a user gets it, interleaved per prompt in one run.
 
 python -m bench.speed.serving --prompts bench/prompts/eval.jsonl [--max-new-tokens 96]
-                              [--modes browser,v1,engine,llama-server] [--app-dir DIR] [--llama-server PATH]
-                              [--threads N] [--json OUT]
+                              [--modes browser,v1,engine,llama-server] [--target NAME] [--draft NAME]
+                              [--app-dir DIR] [--cache-dir DIR] [--llama-server PATH] [--threads N] [--json OUT]
 
 One conversation: every prompt of the file is sent after the ones before it, with their answers as its history,
 to four paths, in an order rotated per prompt:
@@ -12,10 +12,12 @@ to four paths, in an order rotated per prompt:
 - ``engine``: the same engine in this process (``ChatEngine.generate``, the default spec, no cache);
 - ``llama-server``: llama.cpp's ``/v1/completions`` on the same GGUF with the same prompt tokens, streamed.
 
-The app is ``launch.py --no-semantic-cache`` (from ``--app-dir``, this checkout by default) on a free port, the
-default pair. Every run starts from the state a chat's next turn finds: the conversation so far is in the path's
-KV cache and the new message is not (each run is preceded by a one-token request of the history and another
-message on the same path). Each run records tokens, seconds, the time to the first token and the decode rate;
+The app is ``launch.py --no-semantic-cache`` (from ``--app-dir``, this checkout by default) on a free port, with the
+pair of ``--target`` and ``--draft`` (the default pair), as is the engine in this process; llama-server runs the
+target's GGUF file. Every run starts from the state a chat's next turn finds: the conversation so far is in the path's
+KV cache and the new message is not (each run is preceded by an untimed one-token request of the history and
+another message on the same path). The history goes on with the app's own answer (``v1``'s: the text the browser's
+chat holds, from the same engine, greedy), so every path's primer puts the browser's history in place. Each run records tokens, seconds, the time to the first token and the decode rate;
 the browser's also the panel's tokens/s, and every app run the CPU seconds the app (and for the browser, Chromium)
 took meanwhile. The summary prints the ratios the issue asks for.
 """
@@ -37,6 +39,7 @@ from tqdm.auto import tqdm
 from bench.cli import arguments_checked, read_jsonl
 from bench.peer.server import INSTALL_HINT, LlamaServer, ServerConfig, find_llama_server, free_port
 from bench.speed.mode_runs import decode_rate
+from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 
 ROOT = Path(__file__).resolve().parents[2]
 MODES = ("browser", "v1", "engine", "llama-server")
@@ -47,19 +50,29 @@ STARTUP_S = 900
 
 # the page's clock: the click, the first token drawn and the last, for the answer being waited on
 WATCH_JS = """() => {
-  const chat = document.querySelector('#chat');
   window.__bench = {want: -1, click: 0, first: 0, last: 0, n: 0};
-  new MutationObserver(() => {
-    const b = window.__bench, answers = chat.querySelectorAll('.tokstream');
-    if (answers.length !== b.want) return;
-    const n = answers[answers.length - 1].querySelectorAll('.tok').length;
-    if (n !== b.n) { const now = performance.now(); if (!b.first && n) b.first = now; b.last = now; b.n = n; }
-  }).observe(chat, {childList: true, subtree: true, characterData: true});
+  const count = () => {  // the tokens of the answer being waited on: in the live box, then in the chat
+    const live = document.querySelector('#chat-live .tokstream');
+    if (live) return live.querySelectorAll('.tok').length;
+    const answers = document.querySelectorAll('#chat .tokstream');
+    return answers.length === window.__bench.want ? answers[answers.length - 1].querySelectorAll('.tok').length : 0;
+  };
+  const seen = () => {
+    const b = window.__bench, n = count();
+    if (b.want < 0 || n === b.n) return;
+    const now = performance.now();
+    if (!b.first && n) b.first = now;
+    b.last = now; b.n = n;
+  };
+  for (const id of ['#chat', '#chat-live'])
+    if (document.querySelector(id))
+      new MutationObserver(seen).observe(document.querySelector(id), {childList: true, subtree: true, characterData: true});
 }"""
 SEND_JS = """want => { window.__bench = {...window.__bench, want, click: performance.now(), first: 0, last: 0, n: 0};
   document.querySelector('#send').click(); }"""
 FINISHED_JS = """n => document.querySelectorAll('#chat .tokstream').length === n &&
-  document.querySelectorAll('#chat .tokstream.streaming').length === 0"""
+  document.querySelectorAll('#chat .tokstream.streaming').length === 0 &&
+  document.querySelectorAll('#chat-live .tokstream').length === 0"""
 
 
 def cpu_seconds(pids) -> float:
@@ -117,10 +130,11 @@ def stream_sse(url: str, body: dict, timeout: float = 1800.0) -> dict:
 
 
 @contextmanager
-def launched_app(app_dir: Path, cache_dir: str | None):
-    """``launch.py --no-browser --no-semantic-cache`` from ``app_dir`` on a free port; yields (url, pid)."""
+def launched_app(app_dir: Path, cache_dir: str | None, pair: list[str]):
+    """``launch.py --no-browser --no-semantic-cache`` from ``app_dir`` on a free port with the ``pair`` options;
+    yields (url, pid)."""
     port = free_port()
-    command = [sys.executable, "launch.py", "--no-browser", "--no-semantic-cache", "--port", str(port)]
+    command = [sys.executable, "launch.py", "--no-browser", "--no-semantic-cache", "--port", str(port), *pair]
     if cache_dir:
         command += ["--cache-dir", cache_dir]
     log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"speclens-serving-{port}.log", "w")
@@ -170,14 +184,19 @@ class Browser:
         page.evaluate(SEND_JS, self.answers)
         page.wait_for_function(FINISHED_JS, arg=self.answers, timeout=1_800_000, polling=200)
         clock = page.evaluate("() => window.__bench")
-        stat = lambda label: page.locator(f'#stats [data-stat="{label}"] .stat-value').inner_text()  # noqa: E731
-        tokens = int(stat("tokens"))
+        tokens = int(self.stat("tokens"))
         seconds = (clock["last"] - clock["click"]) / 1000
         ttft = (clock["first"] - clock["click"]) / 1000 if clock["first"] else None
-        panel, panel_decode = float(stat("tokens/s")), stat("decode tok/s")
+        panel_decode = self.stat("decode tok/s")  # None on an app that does not show one
         return {"tokens": tokens, "seconds": seconds, "ttft_s": ttft,
-                "decode_tokens_per_s": decode_rate(tokens, seconds, ttft), "panel_tokens_per_s": panel,
-                "panel_decode_tokens_per_s": None if panel_decode == "–" else float(panel_decode)}
+                "decode_tokens_per_s": decode_rate(tokens, seconds, ttft),
+                "panel_tokens_per_s": float(self.stat("tokens/s")),
+                "panel_decode_tokens_per_s": None if panel_decode in (None, "–") else float(panel_decode)}
+
+    def stat(self, label: str) -> str | None:
+        """A number of the stats panel, as shown (None: the panel has no such number)."""
+        found = self.page.locator(f'#stats [data-stat="{label}"] .stat-value')
+        return found.inner_text() if found.count() else None
 
 
 class Paths:
@@ -185,22 +204,25 @@ class Paths:
 
     def __init__(self, stack: ExitStack, args, modes: list[str]):
         self.modes, self.max_new_tokens = modes, args.max_new_tokens
-        self.url, self.app_pid = stack.enter_context(launched_app(Path(args.app_dir), args.cache_dir))
+        pair = ["--target", args.target, "--draft", args.draft]
+        self.url, self.app_pid = stack.enter_context(launched_app(Path(args.app_dir), args.cache_dir, pair))
         self.browser = Browser(stack, self.url) if "browser" in modes else None
         from engine.chat_engine import ChatEngine  # the in-process engine, and the tokenizer for llama-server
 
         self.engine = ChatEngine(cache_dir=Path(args.cache_dir) if args.cache_dir else None)
-        self.engine.load_pair()
+        self.engine.load_pair(args.target, args.draft)
         self.peer = None
         if "llama-server" in modes:
-            from engine.models.catalog import DEFAULT_TARGET, model_gguf
+            from engine.models.catalog import model_gguf
 
             binary = find_llama_server(args.llama_server)
             if binary is None:
                 sys.exit(f"no llama-server found: {INSTALL_HINT}")
+            gguf = model_gguf(args.target, Path(args.cache_dir) if args.cache_dir else None)
+            if gguf is None:
+                sys.exit(f"{args.target} has no GGUF file for llama-server to run")
             threads = args.threads or self.engine.target.backend.threads
-            self.peer = stack.enter_context(LlamaServer(ServerConfig(binary, model_gguf(DEFAULT_TARGET),
-                                                                     threads=threads, context=8192)))
+            self.peer = stack.enter_context(LlamaServer(ServerConfig(binary, gguf, threads=threads, context=8192)))
 
     def prime(self, mode: str, history: list[dict]) -> None:
         messages = [*history, {"role": "user", "content": PRIME}]
@@ -257,16 +279,18 @@ def run_bench(paths: Paths, prompts: list[dict], modes: list[str]) -> list[dict]
     with tqdm(total=len(prompts) * len(modes), desc="serving", unit="run") as bar:
         for i, item in enumerate(prompts):
             messages = [*history, {"role": "user", "content": item["prompt"]}]
-            answer = None
+            texts = {}
             for mode in modes[i % len(modes):] + modes[:i % len(modes)]:
                 bar.set_postfix_str(f"{item['id']} / {mode}")
                 paths.prime(mode, history)
                 run = paths.run(mode, messages)
-                answer = answer if answer is not None or "text" not in run else run["text"]
-                runs.append({"id": item["id"], "kind": item.get("kind", ""), "turn": i, "mode": mode,
-                             **{k: v for k, v in run.items() if k != "text"}})
+                texts[mode] = run.pop("text", None)
+                runs.append({"id": item["id"], "kind": item.get("kind", ""), "turn": i, "mode": mode, **run})
                 bar.update()
-            history = [*messages, {"role": "assistant", "content": answer or ""}]
+            # the history goes on with the app's own answer: the one the browser's chat holds (the same engine,
+            # greedy), so the chat's next message finds its history where the primer put it
+            answer = next((texts[m] for m in ("v1", "engine", "llama-server") if texts.get(m) is not None), "")
+            history = [*messages, {"role": "assistant", "content": answer}]
     return runs
 
 
@@ -325,6 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompts", required=True, help="JSONL with {id, kind, prompt} per line")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--modes", default=",".join(MODES), help=f"a comma list of {', '.join(MODES)}")
+    parser.add_argument("--target", default=DEFAULT_TARGET)
+    parser.add_argument("--draft", default=DEFAULT_DRAFT)
     parser.add_argument("--app-dir", default=str(ROOT), help="the checkout whose launch.py serves the app")
     parser.add_argument("--cache-dir", default=None, help="the app's --cache-dir (default: the app's default)")
     parser.add_argument("--llama-server", default=None, help="llama-server binary (default: PATH, then the peer extra)")
@@ -344,6 +370,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.max_new_tokens < 1:
             raise ValueError("--max-new-tokens must be at least 1")
         prompts = read_jsonl(args.prompts, ("id", "prompt"))
+        if "browser" in modes and not os.path.exists(CHROMIUM):
+            raise ValueError(f"mode browser needs Debian's Chromium at {CHROMIUM} (apt-get install chromium)")
     with ExitStack() as stack:
         paths = Paths(stack, args, modes)
         print(f"[serving] {os.cpu_count()} cores; app {paths.url}; modes {', '.join(modes)}", flush=True)

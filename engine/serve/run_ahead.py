@@ -40,16 +40,20 @@ def _produce(events: Iterator[T], out: queue.SimpleQueue) -> None:
 
 def run_ahead(events: Iterator[T], cancel: threading.Event, name: str = "speclens-decode") -> Iterator[T]:
     """``events`` computed on a worker thread that starts when this generator is first advanced, read here in
-    order. Closing this generator (or leaving it any other way) sets ``cancel``."""
+    order. A reader that leaves before the end (this generator closed, or an error while reading) sets ``cancel``;
+    one that reads to the end leaves it as it was (a caller may run its next generation on the same flag)."""
     out: queue.SimpleQueue = queue.SimpleQueue()
     threading.Thread(target=_produce, args=(events, out), name=name, daemon=True).start()
+    ended = False
     try:
         while True:
             item = out.get()
-            if item is _END:
-                return
-            if isinstance(item, _Failed):
+            if item is _END or isinstance(item, _Failed):
+                ended = True
+                if item is _END:
+                    return
                 raise item.error
             yield item
-    finally:  # the end, an error, or a reader that left: the decode stops at its next step (a no-op once done)
-        cancel.set()
+    finally:
+        if not ended:  # the reader left: the decode stops at its next step
+            cancel.set()

@@ -77,7 +77,8 @@ def wait_answer(page, before: int, timeout_s: float = ANSWER_S) -> None:
     """Wait until the chat holds one more answer than ``before`` and nothing streams any more."""
     page.wait_for_function(
         "n => document.querySelectorAll('#chat .tokstream').length === n + 1 && "
-        "document.querySelectorAll('#chat .tokstream.streaming').length === 0", arg=before,
+        "document.querySelectorAll('#chat .tokstream.streaming').length === 0 && "
+        "document.querySelectorAll('#chat-live .tokstream').length === 0", arg=before,
         timeout=timeout_s * 1000)
 
 
@@ -191,7 +192,7 @@ def test_code_renders_as_a_block_of_coloured_tokens_and_the_view_switch_works(pa
 def test_stop_cancels_mid_answer(page):
     set_number(page, "max-new-tokens", 600)
     send(page, "Write a long story about a dragon who learns to bake bread.")
-    page.wait_for_function("document.querySelectorAll('#chat .tokstream.streaming .tok').length >= 10",
+    page.wait_for_function("document.querySelectorAll('#chat-live .tokstream.streaming .tok').length >= 10",
                            timeout=ANSWER_S * 1000)
     page.click("#stop")
     expect(page.locator("#chat .finish-note").last).to_contain_text("stopped by you", timeout=30_000)

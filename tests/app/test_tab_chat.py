@@ -92,7 +92,7 @@ def test_a_fast_answer_is_drawn_in_few_frames_and_the_last_shows_every_token(tmp
         events += [tok(f"w{i} "), stats()]
     ctx = AppContext(FakeEngine([*events, done()]), BaselineStore(tmp_path / "b.json"))
     updates = list(stream_answer(ctx, TAB, history=[], shown=[], prompt="hi", settings=UISettings(), session="s1"))
-    drawn = [u for u in updates if "chatbot" in u]
-    assert len(drawn) <= 3
+    drawn = [u for u in updates if "live" in u]  # the streaming answer's box: the start, a frame, the end
+    assert len(drawn) <= 3 and updates[-1]["live"] == ""  # the answer has joined the chat
     assert sum("history" in u for u in updates) == 1 and "history" in updates[-1]
     assert "w199" in updates[-1]["chatbot"][-1]["content"]

@@ -21,9 +21,8 @@ from app.views.render import error_html, error_message, info_html, legend_html, 
 from app.views.stats import SERIES_COLORS, acceptance_frame, render_stats, speedup_frame
 from engine.errors import EngineError
 
-FRAME_S = 0.1  # a streaming answer redraws at most this often (10 frames a second)
+FRAME_S = 0.2  # a streaming answer redraws at most this often (5 frames a second; docs/bench.md has the cost)
 LIVE_CLASSES = ("chat-live",)
-PLOT_EVERY_S = 1.0  # plots redraw at most this often while streaming
 # the speedup plot's "theory" line is engine.costs.costmodel.StepCosts.speedup at each k (not a closed formula)
 THEORY_CAPTION = ("theory: (1-α^(k+1))/(1-α) tokens per step over the step's k·t_draft + t_verify(k+1), "
                   "times t_verify(1): this answer's α and draft time, and the measured verify curve t_verify(n) "
@@ -170,7 +169,7 @@ def _stream_answer(ctx: AppContext, tab: ChatTab, *, history: list[dict], shown:
                                tab.history: [*messages, {"role": "assistant", "content": turn.text}]})
             else:
                 update[tab.live] = turn.html(streaming=True)
-            if turn.stats is not None and (finished or frames.plot_due()):
+            if turn.stats is not None and finished:  # a plot redraw costs the browser most: once, with the answer
                 update[tab.accept_plot] = acceptance_frame(turn.stats)
                 update[tab.speed_plot] = speedup_frame(turn.stats, baseline)
             yield update
@@ -178,24 +177,18 @@ def _stream_answer(ctx: AppContext, tab: ChatTab, *, history: list[dict], shown:
 
 class Frames:
     """When a streaming answer redraws: at most once every ``FRAME_S`` (the events between are drawn together in
-    the next frame, since the engine runs ahead on its own worker), after a step (a StatsEvent), and the plots at
-    most every ``PLOT_EVERY_S``. A redraw costs the server a render and the browser a layout on the cores the model
-    runs on: drawing every token would slow the answer down."""
+    the next frame, since the engine runs ahead on its own worker), after a step (a StatsEvent). A redraw costs the
+    server a render and the browser a layout on the cores the model runs on: drawing every token would slow the
+    answer down."""
 
     def __init__(self, clock=time.monotonic):
         self.clock = clock
-        self.last = self.last_plot = -float("inf")
+        self.last = -float("inf")
 
     def due(self, event_type: str) -> bool:
         if event_type != "stats" or self.clock() - self.last < FRAME_S:
             return False
         self.last = self.clock()
-        return True
-
-    def plot_due(self) -> bool:
-        if self.clock() - self.last_plot < PLOT_EVERY_S:
-            return False
-        self.last_plot = self.clock()
         return True
 
 
@@ -261,9 +254,11 @@ def wire(ctx: AppContext, tab: ChatTab, controls: Controls) -> list:
     inputs = {*controls.settings_fields().values(), tab.msg, tab.prediction, tab.history, tab.shown}
     outputs = [tab.chatbot, tab.live, tab.shown, tab.history, tab.trace, tab.stats, tab.accept_plot, tab.speed_plot,
                tab.msg, tab.error_box]
+    # no progress overlay: the live box and the panel's status show the answer's progress, and an overlay's timer
+    # would repaint the whole chat several times a second on the cores the model runs on
     send = gr.on([tab.msg.submit, tab.send.click], h["send"], inputs, outputs, api_name="send",
-                 show_progress_on=[tab.chatbot], **ENGINE)
-    regen = tab.regen.click(h["regenerate"], inputs, outputs, api_name="regenerate", show_progress_on=[tab.chatbot],
+                 show_progress="hidden", **ENGINE)
+    regen = tab.regen.click(h["regenerate"], inputs, outputs, api_name="regenerate", show_progress="hidden",
                             **ENGINE)
     tab.stop.click(h["stop"], None, [tab.error_box], queue=False, api_visibility="private")
     tab.clear.click(h["clear"], None, [tab.chatbot, tab.live, tab.shown, tab.history, tab.trace, tab.error_box,

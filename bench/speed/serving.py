@@ -165,7 +165,7 @@ def launched_app(app_dir: Path, cache_dir: str | None, pair: list[str]):
 class Browser:
     """One Chat tab in headless Chromium, one conversation."""
 
-    def __init__(self, stack: ExitStack, url: str):
+    def __init__(self, stack: ExitStack, url: str, max_new_tokens: int):
         from playwright.sync_api import sync_playwright
 
         self.pw = stack.enter_context(sync_playwright())
@@ -174,6 +174,8 @@ class Browser:
         self.page = self.browser.new_page(viewport={"width": 1500, "height": 1000})
         self.page.goto(url)
         self.page.wait_for_selector("#msg textarea", timeout=120_000)
+        self.page.fill("#max-new-tokens input", str(max_new_tokens))  # the chat's setting, as the other paths'
+        self.page.locator("#max-new-tokens input").blur()
         self.page.evaluate(WATCH_JS)
         self.answers = 0
 
@@ -206,7 +208,7 @@ class Paths:
         self.modes, self.max_new_tokens = modes, args.max_new_tokens
         pair = ["--target", args.target, "--draft", args.draft]
         self.url, self.app_pid = stack.enter_context(launched_app(Path(args.app_dir), args.cache_dir, pair))
-        self.browser = Browser(stack, self.url) if "browser" in modes else None
+        self.browser = Browser(stack, self.url, args.max_new_tokens) if "browser" in modes else None
         from engine.chat_engine import ChatEngine  # the in-process engine, and the tokenizer for llama-server
 
         self.engine = ChatEngine(cache_dir=Path(args.cache_dir) if args.cache_dir else None)

@@ -67,9 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cache-namespace", default=os.environ.get("SPECLENS_CACHE_NAMESPACE") or "speclens",
                    help="key prefix in Redis; deployments with different namespaces never see each other's "
                         "entries (default: $SPECLENS_CACHE_NAMESPACE or speclens)")
-    p.add_argument("--no-semantic-cache", action="store_true",
-                   help="run without the semantic cache: every answer is decoded (no MiniLM is loaded); the "
-                        "serving bench uses it so that a prompt sent twice is decoded twice")
+    p.add_argument("--no-semantic-cache", action="store_true", help="run without the semantic cache (no MiniLM)")
     p.add_argument("--cache-max-entries", type=int, default=None,
                    help="Redis only: beyond this many entries the oldest are evicted (default 100000)")
     args = p.parse_args(argv)
@@ -160,12 +158,8 @@ def load_engine(args: argparse.Namespace, cache_dir: Path):
 
     target, draft = args.target or DEFAULT_TARGET, args.draft or DEFAULT_DRAFT
     start = time.perf_counter()
-    if args.no_semantic_cache:
-        print("[speclens] semantic cache off (--no-semantic-cache)", flush=True)
-        cache = None
-    else:
-        cache = open_semantic_cache(cache_dir, args.cache_url, args.cache_namespace, args.cache_secret,
-                                    args.cache_max_entries)
+    cache = None if args.no_semantic_cache else open_semantic_cache(
+        cache_dir, args.cache_url, args.cache_namespace, args.cache_secret, args.cache_max_entries)
     engine = ChatEngine(cache=cache, cache_dir=cache_dir)
     print(f"[speclens] loading target {target} and draft {draft} (first use converts the weights once)…",
           flush=True)

@@ -1,0 +1,247 @@
+"""The paths of ``bench.speed.serving``: the app launched, its Chat tab in headless Chromium, its ``/v1``, the
+engine in this process and llama-server, each able to prime its KV cache with a conversation and answer one turn;
+and the CPU seconds of processes, read from /proc."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from bench.peer.server import INSTALL_HINT, LlamaServer, ServerConfig, find_llama_server, free_port
+from bench.speed.mode_runs import decode_rate
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+PRIME = "."  # the other message of a primer: its request puts the history in the path's KV cache
+STARTUP_S = 900
+
+# the page's clock: the click, the first token drawn and the last, for the answer being waited on
+WATCH_JS = """() => {
+  window.__bench = {want: -1, click: 0, first: 0, last: 0, n: 0};
+  const count = () => {  // the tokens of the answer being waited on: in the live box, then in the chat
+    const live = document.querySelector('#chat-live .tokstream');
+    if (live) return live.querySelectorAll('.tok').length;
+    const answers = document.querySelectorAll('#chat .tokstream');
+    return answers.length === window.__bench.want ? answers[answers.length - 1].querySelectorAll('.tok').length : 0;
+  };
+  const seen = () => {
+    const b = window.__bench, n = count();
+    if (b.want < 0 || n === b.n) return;
+    const now = performance.now();
+    if (!b.first && n) b.first = now;
+    b.last = now; b.n = n;
+  };
+  for (const id of ['#chat', '#chat-live'])
+    if (document.querySelector(id))
+      new MutationObserver(seen).observe(document.querySelector(id), {childList: true, subtree: true, characterData: true});
+}"""
+SEND_JS = """want => { window.__bench = {...window.__bench, want, click: performance.now(), first: 0, last: 0, n: 0};
+  document.querySelector('#send').click(); }"""
+FINISHED_JS = """n => document.querySelectorAll('#chat .tokstream').length === n &&
+  document.querySelectorAll('#chat .tokstream.streaming').length === 0 &&
+  document.querySelectorAll('#chat-live .tokstream').length === 0"""
+
+
+def cpu_seconds(pids) -> float:
+    """User and system CPU seconds of the processes ``pids`` (Linux /proc)."""
+    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def chromium_pids() -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if "chrom" in (entry / "comm").read_text():
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+def post_json(url: str, body: dict, timeout: float = 600.0) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def stream_sse(url: str, body: dict, timeout: float = 1800.0) -> dict:
+    """POST a streamed OpenAI request; the bench's clock from before the request to each content chunk."""
+    request = urllib.request.Request(url, data=json.dumps({**body, "stream": True}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    began, first, text, usage, timings = time.perf_counter(), None, [], None, None
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        for raw in response:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[len("data: "):])
+            usage = chunk.get("usage") or usage
+            timings = chunk.get("timings") or timings
+            for choice in chunk.get("choices") or ():
+                piece = (choice.get("delta") or {}).get("content") or choice.get("text") or ""
+                if piece:
+                    first = first if first is not None else time.perf_counter() - began
+                    text.append(piece)
+    seconds = time.perf_counter() - began
+    tokens = (usage or {}).get("completion_tokens") or (timings or {}).get("predicted_n") or 0
+    return {"text": "".join(text), "tokens": tokens, "seconds": seconds, "ttft_s": first,
+            "decode_tokens_per_s": decode_rate(tokens, seconds, first)}
+
+
+@contextmanager
+def launched_app(app_dir: Path, cache_dir: str | None, pair: list[str]):
+    """``launch.py --no-browser --no-semantic-cache`` from ``app_dir`` on a free port with the ``pair`` options;
+    yields (url, pid)."""
+    port = free_port()
+    command = [sys.executable, "launch.py", "--no-browser", "--no-semantic-cache", "--port", str(port), *pair]
+    if cache_dir:
+        command += ["--cache-dir", cache_dir]
+    log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"speclens-serving-{port}.log", "w")
+    proc = subprocess.Popen(command, cwd=app_dir, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_S
+        while True:
+            if proc.poll() is not None:
+                sys.exit(f"launch.py exited with {proc.returncode}: see {log.name}")
+            try:
+                with urllib.request.urlopen(url + "/v1/models", timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    sys.exit(f"launch.py did not serve within {STARTUP_S} s: see {log.name}")
+                time.sleep(1)
+        yield url, proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+class Browser:
+    """One Chat tab in headless Chromium, one conversation."""
+
+    def __init__(self, stack: ExitStack, url: str, max_new_tokens: int):
+        from playwright.sync_api import sync_playwright
+
+        self.pw = stack.enter_context(sync_playwright())
+        self.browser = self.pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        stack.callback(self.browser.close)
+        self.page = self.browser.new_page(viewport={"width": 1500, "height": 1000})
+        self.page.goto(url)
+        self.page.wait_for_selector("#msg textarea", timeout=120_000)
+        self.page.fill("#max-new-tokens input", str(max_new_tokens))  # the chat's setting, as the other paths'
+        self.page.locator("#max-new-tokens input").blur()
+        self.page.evaluate(WATCH_JS)
+        self.answers = 0
+
+    def ask(self, prompt: str) -> dict:
+        page = self.page
+        page.fill("#msg textarea", prompt)
+        self.answers += 1
+        page.evaluate(SEND_JS, self.answers)
+        page.wait_for_function(FINISHED_JS, arg=self.answers, timeout=1_800_000, polling=200)
+        clock = page.evaluate("() => window.__bench")
+        tokens = int(self.stat("tokens"))
+        seconds = (clock["last"] - clock["click"]) / 1000
+        ttft = (clock["first"] - clock["click"]) / 1000 if clock["first"] else None
+        panel_decode = self.stat("decode tok/s")  # None on an app that does not show one
+        return {"tokens": tokens, "seconds": seconds, "ttft_s": ttft,
+                "decode_tokens_per_s": decode_rate(tokens, seconds, ttft),
+                "panel_tokens_per_s": float(self.stat("tokens/s")),
+                "panel_decode_tokens_per_s": None if panel_decode in (None, "–") else float(panel_decode)}
+
+    def stat(self, label: str) -> str | None:
+        """A number of the stats panel, as shown (None: the panel has no such number)."""
+        found = self.page.locator(f'#stats [data-stat="{label}"] .stat-value')
+        return found.inner_text() if found.count() else None
+
+
+class Paths:
+    """The four paths, each able to prime its KV cache with a history and to answer one turn."""
+
+    def __init__(self, stack: ExitStack, args, modes: list[str]):
+        self.modes, self.max_new_tokens = modes, args.max_new_tokens
+        pair = ["--target", args.target, "--draft", args.draft]
+        self.url, self.app_pid = stack.enter_context(launched_app(Path(args.app_dir), args.cache_dir, pair))
+        self.browser = Browser(stack, self.url, args.max_new_tokens) if "browser" in modes else None
+        from engine.chat_engine import ChatEngine  # the in-process engine, and the tokenizer for llama-server
+
+        self.engine = ChatEngine(cache_dir=Path(args.cache_dir) if args.cache_dir else None)
+        self.engine.load_pair(args.target, args.draft)
+        self.peer = None
+        if "llama-server" in modes:
+            from engine.models.catalog import model_gguf
+
+            binary = find_llama_server(args.llama_server)
+            if binary is None:
+                sys.exit(f"no llama-server found: {INSTALL_HINT}")
+            gguf = model_gguf(args.target, Path(args.cache_dir) if args.cache_dir else None)
+            if gguf is None:
+                sys.exit(f"{args.target} has no GGUF file for llama-server to run")
+            threads = args.threads or self.engine.target.backend.threads
+            self.peer = stack.enter_context(LlamaServer(ServerConfig(binary, gguf, threads=threads, context=8192)))
+
+    def prime(self, mode: str, history: list[dict]) -> None:
+        messages = [*history, {"role": "user", "content": PRIME}]
+        if mode in ("browser", "v1"):  # one app, one pool of contexts
+            post_json(self.url + "/v1/chat/completions", {"messages": messages, "max_tokens": 1, "temperature": 0})
+        elif mode == "engine":
+            from engine.config import CACHE_OFF, DEFAULT_SPEC, SamplingConfig
+
+            for _ in self.engine.generate(messages, SamplingConfig(max_new_tokens=1), DEFAULT_SPEC, cache=CACHE_OFF):
+                pass
+        else:
+            post_json(self.peer.url + "/v1/completions", {"prompt": self.engine.encode(messages), "max_tokens": 1,
+                                                          "temperature": 0, "cache_prompt": True})
+
+    def run(self, mode: str, messages: list[dict]) -> dict:
+        app_cpu, chromium = cpu_seconds([self.app_pid]), chromium_pids()
+        browser_cpu = cpu_seconds(chromium)
+        if mode == "browser":
+            run = self.browser.ask(messages[-1]["content"])
+        elif mode == "v1":
+            run = stream_sse(self.url + "/v1/chat/completions",
+                             {"messages": messages, "max_tokens": self.max_new_tokens, "temperature": 0,
+                              "stream_options": {"include_usage": True}})
+        elif mode == "engine":
+            run = self._engine_run(messages)
+        else:
+            run = stream_sse(self.peer.url + "/v1/completions",
+                             {"prompt": self.engine.encode(messages), "max_tokens": self.max_new_tokens,
+                              "temperature": 0, "top_k": 1, "cache_prompt": True})
+        if mode in ("browser", "v1"):
+            run["app_cpu_s"] = cpu_seconds([self.app_pid]) - app_cpu
+            run["browser_cpu_s"] = cpu_seconds(chromium) - browser_cpu
+        return run
+
+    def _engine_run(self, messages: list[dict]) -> dict:
+        from engine.config import CACHE_OFF, DEFAULT_SPEC, SamplingConfig
+
+        began, first, done = time.perf_counter(), None, None
+        for event in self.engine.generate(messages, SamplingConfig(max_new_tokens=self.max_new_tokens), DEFAULT_SPEC,
+                                          cache=CACHE_OFF):
+            if event.type == "token" and first is None:
+                first = time.perf_counter() - began
+            elif event.type == "done":
+                done = event
+        seconds = time.perf_counter() - began
+        tokens = len(done.token_ids)
+        return {"text": done.text, "tokens": tokens, "seconds": seconds, "ttft_s": first,
+                "decode_tokens_per_s": decode_rate(tokens, seconds, first)}

@@ -1,4 +1,4 @@
-"""Start SpecLens: load a target/draft pair, measure the target-only speed once, and serve the Gradio app.
+"""Start SpecLens: load a target/draft pair and serve the Gradio app; the pair's figures are measured beside serving.
 
     python launch.py                      # default pair, http://127.0.0.1:7860, opens the browser
     python launch.py --target smollm2-135m-instruct --draft smollm2-135m-instruct --draft-precision nf4
@@ -161,8 +161,7 @@ def load_engine(args: argparse.Namespace, cache_dir: Path):
     cache = None if args.no_semantic_cache else open_semantic_cache(
         cache_dir, args.cache_url, args.cache_namespace, args.cache_secret, args.cache_max_entries)
     engine = ChatEngine(cache=cache, cache_dir=cache_dir)
-    print(f"[speclens] loading target {target} and draft {draft} (first use converts the weights once)…",
-          flush=True)
+    print(f"[speclens] loading target {target} and draft {draft}…", flush=True)
     try:
         info = engine.load_pair(target, draft, args.target_precision, args.draft_precision)
     except EngineError as err:
@@ -172,10 +171,18 @@ def load_engine(args: argparse.Namespace, cache_dir: Path):
     print(f"[speclens] loaded {info.target} ({info.target_precision}) + {info.draft} ({info.draft_precision}) "
           f"on {info.device} in {time.perf_counter() - start:.1f} s", flush=True)
     print(f"[speclens] precision: {info.precision_note}; {info.runner}", flush=True)
+    print_checks(info)
+    return engine
+
+
+def print_checks(info) -> None:
+    """The pair's load-time figures, or that they are being measured (then again once they are in)."""
     print(f"[speclens] identity: {info.identity_note}", flush=True)
     if info.verify_mode:  # identity up to some verify width: the mode chosen by the measured costs, and each's price
         print(f"[speclens] {info.verify_mode}: {info.verify_note} (the Pair panel switches it)", flush=True)
-    return engine
+    if speed := info.target_speed:
+        print(f"[speclens] target-only: {speed.decode_tokens_per_s:.1f} tok/s decoding ({speed.how}); "
+              f"{info.checks_note}", flush=True)
 
 
 def cache_dir_problem(path: str) -> str | None:
@@ -252,23 +259,17 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def serve(args: argparse.Namespace, cache_dir: Path, engine, sock: socket.socket) -> None:
-    """Measure the target-only speed once, then serve the UI and the API on ``sock`` until stopped."""
+    """Serve the UI and the API on ``sock`` until stopped; the pair's figures are measured meanwhile."""
     import uvicorn
 
     from app.baseline import BaselineStore
     from app.context import AppContext
     from app.api.openai_routes import create_server
     from app.ui import build_demo, launch_kwargs
-    from engine.errors import EngineError
 
     ctx = AppContext(engine, BaselineStore(cache_dir / "baselines.json"))
-    print("[speclens] measuring the target-only speed (once per target and precision)…", flush=True)
-    try:
-        baseline = ctx.ensure_baseline()
-    except EngineError as err:  # e.g. the GPU ran out of memory: a sentence with the sizes, not a traceback
-        sys.exit(f"[speclens] could not measure the target-only speed: {err}")
-    print(f"[speclens] target-only: {baseline['decode_tokens_per_s']:.1f} tok/s decoding ({baseline['how']})",
-          flush=True)
+    if engine.info().measuring:  # said again once they are in; the server does not wait
+        threading.Thread(target=lambda: print_checks(engine.wait_measured()), daemon=True).start()
     demo = build_demo(ctx)
     demo.queue(default_concurrency_limit=1)
     port = sock.getsockname()[1]  # --port 0: the one the system chose

@@ -1,31 +1,22 @@
-"""The target-only speed on this machine, measured once per target/precision/device and kept in a JSON file.
+"""The target-only speed on this machine as the app shows it: the engine measures it beside serving, with the
+pair's other load-time figures (engine/serve/measuring.py, ``PairInfo.target_speed``); here it becomes the record
+the views read, and the quiet ones are remembered in a JSON file per target, precision and device, for the
+experiment grid's time estimates of targets not loaded now.
 
-Measured the way a new request meets the target: each run a prompt the engine has not seen (its prefill counted in
-the end-to-end rate), and the decode rate after the first token beside it. The break-even meter divides an answer's
-decode rate by the decode rate here, and an experiment grid's time estimate (``grid_estimate``) multiplies by the
-inverse of the end-to-end rate.
+The break-even meter divides an answer's decode rate by the decode rate here, and an experiment grid's time estimate
+(``grid_estimate``) multiplies by the inverse of the end-to-end rate.
 """
 from __future__ import annotations
 
 import json
 import logging
 import threading
-import time
 from pathlib import Path
 
-from engine.config import AUTO, SamplingConfig
-from engine.events import final_done
-from engine.surface import EngineSurface, ExperimentGrid, PairInfo, cache_root, estimated_seconds
+from engine.config import AUTO
+from engine.surface import ExperimentGrid, PairInfo, cache_root, estimated_seconds
 
 log = logging.getLogger(__name__)
-
-# one prompt a run, none seen before: each run prefills its prompt as a new request does
-BASELINE_PROMPTS = ("List the numbers from one to forty in words, separated by commas.",
-                    "Name forty animals in alphabetical order, separated by commas.",
-                    "Write the first forty multiples of seven, separated by commas.")
-BASELINE_TOKENS = 32
-WARMUP_TOKENS = 4
-RUNS = 2  # keep the faster run: other processes on a busy machine only ever slow a run down
 
 
 def baseline_path() -> Path:
@@ -79,38 +70,15 @@ class BaselineStore:
                 log.warning(self.write_error)
 
 
-def _run_reference(engine: EngineSurface, prompt: str, n_tokens: int):
-    sampling = SamplingConfig(temperature=0.0, max_new_tokens=n_tokens, stop_on_eos=False)
-    return final_done(engine.generate_reference([{"role": "user", "content": prompt}], sampling))
-
-
-def measure_baseline(engine: EngineSurface) -> dict:
-    """Short greedy target-only generations with the engine's reference decoder, after a tiny warm-up: each run
-    on a prompt of its own, as a new request meets the target."""
-    _run_reference(engine, BASELINE_PROMPTS[0], WARMUP_TOKENS)
-    runs = [_run_reference(engine, prompt, BASELINE_TOKENS).stats for prompt in BASELINE_PROMPTS[1:1 + RUNS]]
-    stats = max(runs, key=lambda s: s.decode_tokens_per_s or 0.0)
-    when = time.strftime("%Y-%m-%d %H:%M")
-    return {
-        "tokens_per_s": stats.tokens_per_s,
-        "decode_tokens_per_s": stats.decode_tokens_per_s,
-        "first_token_s": stats.first_token_s,
-        "tokens": stats.new_tokens,
-        "seconds": stats.elapsed_s,
-        "measured_at": when,
-        "how": (f"the faster of {RUNS} runs of {stats.new_tokens} greedy tokens with the target-only reference "
-                f"decoder, each on a prompt not seen before ({stats.tokens_per_s:.1f} tok/s end to end, prefill "
-                f"counted), {when}"),
-    }
-
-
-def get_or_measure(engine: EngineSurface, store: BaselineStore, remeasure: bool = False) -> dict:
-    key = baseline_key(engine.info())
-    record = None if remeasure else store.get(key)
-    if record is None or not record.get("decode_tokens_per_s"):  # none, or one taken before decode rates were kept
-        record = measure_baseline(engine)
-        store.put(key, record)
-    return record
+def speed_record(pair: PairInfo) -> dict | None:
+    """The loaded pair's target-only speed as the views read it (None while it is measured); ``flagged``: measured
+    on a busy machine (``PairInfo.checks_note`` says so)."""
+    speed = pair.target_speed
+    if speed is None:
+        return None
+    return {"tokens_per_s": speed.tokens_per_s, "decode_tokens_per_s": speed.decode_tokens_per_s,
+            "first_token_s": speed.first_token_s, "tokens": speed.tokens, "flagged": "busy" in pair.checks_note,
+            "how": f"{speed.how}; {pair.checks_note}"}
 
 
 def grid_speed(store: BaselineStore, grid: ExperimentGrid, loaded: PairInfo | None) -> dict | None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from app.baseline import BaselineStore, baseline_key, get_or_measure, grid_estimate
+from app.baseline import BaselineStore, baseline_key, grid_estimate, speed_record
 from engine.errors import NoPairError
 from engine.surface import EngineSurface, ExperimentGrid, PairInfo
 
@@ -64,16 +64,15 @@ class AppContext:
             return None
 
     def baseline(self) -> dict | None:
-        """The cached target-only measurement for the loaded pair, or None (never measures; a record taken before
-        decode rates were kept counts as none)."""
-        try:
-            record = self.baselines.get(baseline_key(self.engine.info()))
-        except NoPairError:
-            return None
-        return record if record and record.get("decode_tokens_per_s") else None
-
-    def ensure_baseline(self, remeasure: bool = False) -> dict:
-        return get_or_measure(self.engine, self.baselines, remeasure)
+        """The loaded pair's target-only speed, measured by the engine on this machine (app/baseline.py), or None
+        while it is measured; a quiet one is remembered for the experiment grid's estimates."""
+        pair = self.pair()
+        record = None if pair is None else speed_record(pair)
+        if record is not None and not record["flagged"]:
+            key = baseline_key(pair)
+            if self.baselines.get(key) != record:
+                self.baselines.put(key, record)
+        return record
 
     def grid_estimate(self, grid: ExperimentGrid) -> tuple[float | None, str]:
         """How long ``grid`` would take at the speeds measured here (app/baseline.py), and the sentence."""

@@ -34,10 +34,13 @@ class ChatEngine:
     never waits for a generation. The app calls only its ``engine.surface.EngineSurface`` methods."""
 
     def __init__(self, cache: SemanticCache | None = None, paraphrase_judge: bool = True,
-                 cache_dir: Path | None = None):
+                 cache_dir: Path | None = None, measure_beside: bool = True):
+        """``measure_beside``: a loaded pair serves at once and its figures are measured on their own thread
+        (engine/serve/measuring.py); False (a benchmark's engine): ``load_pair`` measures them before it returns,
+        once, so that nothing measures beside the benchmark."""
         self.cache = cache
-        self.slot = PairSlot(cache_dir, paraphrase_judge)
         self.lock = ModelLock()
+        self.slot = PairSlot(self.lock, cache_dir, paraphrase_judge, measure_beside)
 
     # -- the pair -------------------------------------------------------------------------------------------
     def load_pair(self, target: str = DEFAULT_TARGET, draft: str = DEFAULT_DRAFT,
@@ -45,11 +48,19 @@ class ChatEngine:
         return self.slot.load(target, draft, target_precision, draft_precision).info()
 
     def use_models(self, target: LoadedModel, draft: LoadedModel) -> None:
-        """Install already-loaded models (tests, benchmarks)."""
-        self.slot.install(target, draft)
+        """Install already-loaded models (tests, benchmarks) and measure their load-time figures now, in this
+        thread (where none were kept)."""
+        self.slot.install(target, draft, beside=False)
 
     def info(self) -> PairInfo:
         return self.slot.require().info()
+
+    def remeasure(self) -> PairInfo:
+        return self.slot.remeasure().info()
+
+    def wait_measured(self, timeout: float | None = None) -> PairInfo:
+        self.slot.measurer.wait(timeout)
+        return self.info()
 
     def set_verify_mode(self, mode: str) -> PairInfo:
         return self.slot.set_verify(mode).info()

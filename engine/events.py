@@ -134,6 +134,7 @@ class StatsEvent:
     acceptance: Acceptance = Acceptance()  # the steps so far and how their drafts fared
     proposer: str = ""
     fallback: bool = False  # True while speculation is paused (target-only steps)
+    waiting: bool = False  # paused because this machine's step costs are still being measured (not for a loss)
     draft_s: float = 0.0  # time spent proposing
     verify_s: float = 0.0  # time spent in target forwards
     cut_steps: int = 0  # steps whose free draft the k policy cut or skipped: it would not have paid

@@ -27,6 +27,7 @@ from engine.lab.grid import (DOCTOR_KINDS, LAB_PROPOSERS, OWN, PROMPT_SETS, Expe
                              own_prompts, parse_ks, parse_names, parse_temperatures)
 from engine.lab.results import COLUMNS, RESULT_VERSION, DoctorReport, LabUpdate
 from engine.models.catalog import BUILTIN_MODELS, DEFAULT_DRAFT, DEFAULT_TARGET, cache_root
+from engine.models.load_checks import TargetSpeed
 
 if TYPE_CHECKING:  # engine.divergence imports torch; the app reads these by attribute
     from engine.divergence import Divergence, Fp32Proof
@@ -34,7 +35,7 @@ if TYPE_CHECKING:  # engine.divergence imports torch; the app reads these by att
 __all__ = [  # the re-exports the app imports from here, beside the Protocol and its values below
     "BUILTIN_MODELS", "COLUMNS", "DEFAULT_DRAFT", "DEFAULT_TARGET", "DOCTOR_KINDS", "LAB_PROPOSERS", "OWN",
     "PROMPT_SETS", "RESULT_VERSION", "CacheEntry", "CacheStats", "DoctorReport", "ExperimentGrid", "LabUpdate",
-    "StepCosts", "StoreUnavailable", "cache_root", "estimated_seconds", "own_prompts", "parse_ks", "parse_names",
+    "StepCosts", "StoreUnavailable", "TargetSpeed", "cache_root", "estimated_seconds", "own_prompts", "parse_ks", "parse_names",
     "parse_temperatures",
     "CacheInfo", "EngineSurface", "PairInfo", "SURFACE_MEMBERS", "surface_problems",
 ]
@@ -48,7 +49,7 @@ class PairInfo:
     draft_precision: str
     device: str
     precision_note: str = ""  # why these precisions, e.g. "AVX2 CPU (...) -> target int8-dynamic (auto), ..."
-    costs: StepCosts | None = None  # the step costs measured at load
+    costs: StepCosts | None = None  # the step costs measured on this machine (None while measuring)
     # greedy speculative output is bit-for-bit the target's: measured when the pair loaded, every row of the
     # loop's verify widths equal to the same token fed alone (engine/decode/identity.py); False: identical up to
     # rounding ties, or not measured
@@ -60,6 +61,10 @@ class PairInfo:
     # what each costs (engine/serve/verify_mode.py); "" where there is no such choice
     verify_mode: str = ""
     verify_note: str = ""
+    # the load-time figures are measured beside serving (engine/serve/measuring.py): True until they are in
+    measuring: bool = False
+    checks_note: str = ""  # when and how they were measured, or why they are flagged (a busy machine)
+    target_speed: TargetSpeed | None = None  # the target-only speed measured with them
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,15 @@ class EngineSurface(Protocol):
 
     def info(self) -> PairInfo:
         """The loaded pair; raises NoPairError when none is loaded."""
+        ...
+
+    def remeasure(self) -> PairInfo:
+        """Measure the loaded pair's figures again, beside serving (``PairInfo.measuring`` until they are in)."""
+        ...
+
+    def wait_measured(self, timeout: float | None = None) -> PairInfo:
+        """The loaded pair once its load-time figures are in (a script's or a benchmark's wait); a pair still
+        measuring when ``timeout`` passes is returned as it is."""
         ...
 
     def set_verify_mode(self, mode: str) -> PairInfo:

@@ -82,9 +82,10 @@ class RealModels:
         return self._loaded[key]
 
     def engine(self, target: str, target_precision: str, draft: str, draft_precision: str, **kwargs):
-        """A new ChatEngine on the pooled models (``kwargs`` go to ChatEngine: cache, paraphrase_judge)."""
+        """A new ChatEngine on the pooled models (``kwargs`` go to ChatEngine: cache, paraphrase_judge); a pair it
+        loads later is measured before load_pair returns (nothing measures beside the next test)."""
         from engine.chat_engine import ChatEngine
-        engine = ChatEngine(**kwargs)
+        engine = ChatEngine(**{"measure_beside": False, **kwargs})
         engine.use_models(self.model(target, target_precision), self.model(draft, draft_precision))
         return engine
 

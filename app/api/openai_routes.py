@@ -55,13 +55,15 @@ def _model(ctx: AppContext) -> str:
 
 
 def x_identity(ctx: AppContext) -> dict | None:
-    """The pair's identity check, measured at load (``x_identity``): is greedy speculation bit-for-bit the
-    target's output on this machine, and what the check found; where identity holds only up to some verify width,
-    the verify mode (``identical``: a request with adaptive k keeps to that width) and what each mode costs."""
+    """The pair's identity check, measured on this machine beside serving (``x_identity``): is greedy speculation
+    bit-for-bit the target's output here, what the check found, and when and how it was measured (``measuring``
+    until it is in); where identity holds only up to some verify width, the verify mode (``identical``: a request
+    with adaptive k keeps to that width) and what each mode costs."""
     pair = ctx.pair()
     if pair is None:
         return None
-    found = {"bit_identical": pair.bit_identical, "check": pair.identity_note}
+    found = {"bit_identical": pair.bit_identical, "check": pair.identity_note, "measuring": pair.measuring,
+             "measured": pair.checks_note}
     return {**found, "verify_mode": pair.verify_mode, "verify": pair.verify_note} if pair.verify_mode else found
 
 

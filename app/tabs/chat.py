@@ -121,8 +121,6 @@ def _fail(tab: ChatTab, err: EngineError) -> dict:
 def _start(ctx: AppContext, messages: list[dict], s: UISettings, flag, prediction: str = ""):
     """Build configs and pull the first event, so bad input fails here, before the chat changes."""
     sampling, spec = sampling_config(s), spec_config(s)
-    if ctx.baseline() is None and ctx.pair() is not None:
-        ctx.ensure_baseline()  # measured once per pair (the engine holds no lock between steps: any order works)
     events = ctx.engine.generate(messages, sampling, spec, cache=cache_config(s), cancel=flag,
                                  prediction=prediction)
     first = next(events, None)

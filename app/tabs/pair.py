@@ -1,5 +1,6 @@
-"""The model panel at the top of the left column: pick and load a target/draft pair, with progress, and
-re-measure the target-only speed. A failed load leaves the previous pair in place."""
+"""The model panel at the top of the left column: pick and load a target/draft pair, with progress, and measure its
+figures again. A failed load leaves the previous pair in place. The figures are measured beside serving: the pair
+line says "measuring" until they are in, and a timer redraws it until then (and only until then)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ class PairPanel:
     remeasure: gr.Button
     verify: gr.Radio
     status: gr.HTML
+    poll: gr.Timer  # redraws the pair line while its figures are measured; inactive once they are in
 
 
 def create(pair: PairInfo | None) -> PairPanel:
@@ -49,8 +51,12 @@ def create(pair: PairInfo | None) -> PairPanel:
                       info="identical: an adaptive k keeps to the widest verify measured bit-identical; fastest: "
                            "up to k 16 (each priced on the pair line)", elem_id="verify-mode")
     status = gr.HTML(elem_id="pair-status")
+    poll = gr.Timer(POLL_S, active=bool(pair and pair.measuring))
     return PairPanel(target=target_box, target_precision=target_prec, draft=draft_box, draft_precision=draft_prec,
-                     load=load, remeasure=remeasure, verify=verify, status=status)
+                     load=load, remeasure=remeasure, verify=verify, status=status, poll=poll)
+
+
+POLL_S = 2.0  # how often the pair line is redrawn while the pair's figures are measured
 
 
 def pair_status_html(pair: PairInfo | None, baseline: dict | None = None, note: str = "") -> str:
@@ -63,6 +69,11 @@ def pair_status_html(pair: PairInfo | None, baseline: dict | None = None, note: 
         if baseline:
             body += (f' · target-only {baseline["decode_tokens_per_s"]:.1f} tok/s decoding, '
                      f'{baseline["tokens_per_s"]:.1f} end to end')
+        if pair.measuring:
+            body += ' · <span class="measuring">measuring</span>'
+        elif pair.checks_note:
+            flagged = "flagged" if "busy" in pair.checks_note else "measured"
+            body += f'<div class="checks-note {flagged}">{esc(pair.checks_note)}</div>' 
         if pair.precision_note:
             body += f'<div class="precision-note">{esc(pair.precision_note)}</div>'
         if pair.identity_note:
@@ -91,19 +102,27 @@ def make_pair_handlers(ctx: AppContext, panel: PairPanel, error_box, stats) -> d
             note = "The previous pair is still loaded." if ctx.pair() else ""
             return {panel.status: pair_status_html(ctx.pair(), ctx.baseline(), note),
                     error_box: error_html(f"Could not load the pair: {message}")}
-        progress(0.85, desc="Measuring the target-only speed (once per target and precision)…")
-        baseline = ctx.ensure_baseline()
-        toast.info("Pair loaded.")
-        pair = ctx.pair()
-        return {panel.status: pair_status_html(pair, baseline), error_box: error_html(None),
-                stats: render_stats(None, None, baseline), panel.verify: (pair.verify_mode or None) if pair else None}
+        toast.info("Pair loaded." + (" Its figures are measured while the app is idle." if
+                                     ctx.pair() and ctx.pair().measuring else ""))
+        return {**redraw(), error_box: error_html(None)}
 
-    def remeasure(progress=gr.Progress()):
+    def remeasure():
         if ctx.pair() is None:
             return {error_box: error_html("load a pair first")}
-        progress(0.1, desc="Measuring the target-only speed…")
-        baseline = ctx.ensure_baseline(remeasure=True)
-        return {panel.status: pair_status_html(ctx.pair(), baseline), stats: render_stats(None, None, baseline)}
+        ctx.engine.remeasure()
+        return redraw()
+
+    def redraw():
+        """The pair line, the empty panel and the verify choice as the figures now stand; the timer runs while
+        they are measured."""
+        return {**poll(), stats: render_stats(None, None, ctx.baseline())}
+
+    def poll():
+        """What the timer redraws: the pair line and the verify choice (the stats panel may hold an answer's)."""
+        pair = ctx.pair()
+        return {panel.status: pair_status_html(pair, ctx.baseline()),
+                panel.verify: (pair.verify_mode or None) if pair else None,
+                panel.poll: gr.Timer(active=bool(pair and pair.measuring))}
 
     def verify(mode: str | None):
         if ctx.pair() is None or not mode:
@@ -116,13 +135,16 @@ def make_pair_handlers(ctx: AppContext, panel: PairPanel, error_box, stats) -> d
                     panel.status: pair_status_html(ctx.pair(), ctx.baseline())}
         return {panel.status: pair_status_html(info, ctx.baseline()), error_box: error_html(None)}
 
-    return dict(load=load, remeasure=remeasure, verify=verify)
+    return dict(load=load, remeasure=remeasure, verify=verify, poll=poll)
 
 
 def wire(ctx: AppContext, panel: PairPanel, error_box, stats) -> None:
     h = make_pair_handlers(ctx, panel, error_box, stats)
     inputs = [panel.target, panel.target_precision, panel.draft, panel.draft_precision]
-    outputs = [panel.status, error_box, stats]
-    panel.load.click(h["load"], inputs, [*outputs, panel.verify], api_name="load_pair", **ENGINE)
+    outputs = [panel.status, error_box, stats, panel.verify, panel.poll]
+    panel.load.click(h["load"], inputs, outputs, api_name="load_pair", **ENGINE)
     panel.remeasure.click(h["remeasure"], None, outputs, api_name="measure_baseline", **ENGINE)
+    # not on the engine queue: a redraw reads the pair, and must not wait behind an answer
+    panel.poll.tick(h["poll"], None, [panel.status, panel.verify, panel.poll], api_visibility="private",
+                    show_progress="hidden")
     panel.verify.input(h["verify"], [panel.verify], [panel.status, error_box], api_name="set_verify_mode", **ENGINE)

@@ -65,7 +65,8 @@ def meter_html(factor: float | None, baseline: dict | None, served_from_cache: b
     """Break-even meter: the speculative speed as a multiple of the measured target-only speed, with the cost
     model's prediction for the current k beside it."""
     if not baseline:
-        return '<div class="meter-box"><div class="meter-caption">Target-only speed not measured yet.</div></div>'
+        return ('<div class="meter-box"><div class="meter-caption">The target-only speed is being measured on this '
+                'machine (while the app is idle).</div></div>')
     if served_from_cache:  # no model ran: a speed ratio would be meaningless
         factor = None
     fill = 0.0 if factor is None else min(factor, METER_MAX) / METER_MAX * 100
@@ -112,6 +113,9 @@ def policy_html(stats: StatsEvent | None) -> str:
 
 def paused_text(stats: StatsEvent) -> str:
     """Why the draft model is paused, in this machine's measured prices."""
+    if stats.waiting:
+        return ("speculation waits for this machine's figures (the step costs and the identity check, measured while "
+                "the app is idle): target-only steps until they are in")
     costs = stats.costs
     prices = "" if costs is None else (f": on this machine a draft token costs {costs.draft_per_token_s * 1e3:.0f} ms "
                                        f"and verifying one more {costs.verify_per_token_s * 1e3:.0f} ms, against "

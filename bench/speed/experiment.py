@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         saved = load_result(args.rerun) if args.rerun else None
         grid = ExperimentGrid.from_dict(saved["grid"]) if saved else grid_from_args(args)
-        engine = ChatEngine()
+        engine = ChatEngine(measure_beside=False)
         info = engine.load_pair(grid.target, grid.drafts[0], grid.target_precisions[0], grid.draft_precisions[0])
         print(f"target {info.target} ({info.target_precision}), draft {info.draft} ({info.draft_precision}); "
               f"{len(grid.cells())} cells", flush=True)

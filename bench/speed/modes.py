@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
             check_source(name)
         prompts = read_prompts(args.prompts, args.prompt_set)
     quiet_library_logs()
-    engine = ChatEngine()
+    engine = ChatEngine(measure_beside=False)
     info = engine.load_pair(args.target, args.draft, args.dtype, args.draft_dtype)
     print_pair(info)
     pair = (info.target_precision, info.draft_precision)

@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> None:
             check_source(name)
         prompts = [p["prompt"] for p in read_jsonl(args.prompts, ("prompt",))] if args.prompts else list(PROMPTS)
     quiet_library_logs()
-    engine = ChatEngine()
+    engine = ChatEngine(measure_beside=False)
     info = engine.load_pair(args.target, args.draft, args.dtype, args.draft_dtype)
     print(f"target {info.target} ({info.target_precision}), draft {info.draft} ({info.draft_precision}); "
           f"{info.precision_note}", flush=True)

@@ -183,7 +183,7 @@ class Paths:
         self.browser = Browser(stack, self.url, args.max_new_tokens) if "browser" in modes else None
         from engine.chat_engine import ChatEngine  # the in-process engine, and the tokenizer for llama-server
 
-        self.engine = ChatEngine(cache_dir=Path(args.cache_dir) if args.cache_dir else None)
+        self.engine = ChatEngine(cache_dir=Path(args.cache_dir) if args.cache_dir else None, measure_beside=False)
         self.engine.load_pair(args.target, args.draft)
         self.peer = None
         if "llama-server" in modes:

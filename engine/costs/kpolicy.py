@@ -115,6 +115,7 @@ class KChoice:
     """A policy's decision for one step."""
     k: int  # draft tokens to ask for; 0 = a plain target step (free drafts may still come)
     fallback: bool = False  # speculation measured as losing: a plain target step, or a probe between them
+    waiting: bool = False  # no draft at all: this machine's step costs are still being measured
 
 
 class KPolicy(Protocol):
@@ -220,6 +221,27 @@ class AdaptiveK:
         # one, never fed, when all were taken); else everything the target took since
         self.behind = int(step.n_accepted == step.n_drafted) if step.n_model_drafted else \
             self.behind + step.n_fed - step.n_drafted + step.n_accepted
+
+
+class Waiting:
+    """An adaptive k before this machine's step costs are measured (engine/serve/measuring.py): target-only steps,
+    no draft of any kind, so nothing is priced on a guess and the answer is the target's own."""
+
+    def __init__(self):
+        self.fit = CostFit(None)
+
+    def choose(self, remaining: int | None = None) -> KChoice:
+        return KChoice(0, fallback=True, waiting=True)
+
+    def free_limit(self) -> int | None:
+        return 0
+
+    def update(self, step: StepRecord) -> None:
+        self.fit.observe(step.n_fed, step.verify_s, step.n_model_drafted, step.draft_s)
+
+    @property
+    def costs(self) -> StepCosts | None:
+        return None
 
 
 def policy_for(spec: SpecConfig, prior: StepCosts | None = None, prompt_tokens: int = 0) -> KPolicy:

@@ -13,7 +13,9 @@ inside the measurement: the app reads ``IdentityCheck`` without it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from engine.backends.contract import Runner
 from engine.precision import rounding_step
@@ -23,6 +25,13 @@ from engine.precision import rounding_step
 # (k_max 16). Its cost grows with the target's size (docs/models.md).
 CHECK_WIDTHS = (2, 3, 4, 5, 6, 7, 8, 9, 17)
 SHORT_POSITION, LONG_POSITION = 24, 256  # tokens of the prompt in the cache before each verify
+
+T = TypeVar("T")
+
+
+def run_now(work: Callable[[], T]) -> T:
+    """A measurement's ``step`` when nothing else shares the models: run the piece at once."""
+    return work()
 
 
 @dataclass(frozen=True)
@@ -82,24 +91,28 @@ class IdentityCheck:
                 f"adaptive k picks from timings: the same prompt may get another answer on a busy machine")
 
 
-def measure_identity(runner: Runner, text_ids: list[int], precision: str, widths: tuple[int, ...] = CHECK_WIDTHS,
-                     positions: tuple[int, ...] = (SHORT_POSITION, LONG_POSITION), where: str = "") -> IdentityCheck:
+def measure_identity(runner: Runner | Callable[[], Runner], text_ids: list[int], precision: str, widths: tuple[int, ...] = CHECK_WIDTHS,
+                     positions: tuple[int, ...] = (SHORT_POSITION, LONG_POSITION), where: str = "",
+                     step: Callable[[Callable[[], object]], object] = run_now) -> IdentityCheck:
     """Compare each row of a forward of n tokens (n in ``widths``) at each of ``positions`` with the same tokens
     fed one at a time; a drift is counted in rounding steps of the row's top logit in ``precision``
     (engine.precision.rounding_step). ``text_ids``: a real prompt's ids, repeated when shorter than
-    ``max(positions) + max(widths) + 1``. The runner is reset before and after."""
+    ``max(positions) + max(widths) + 1``. The runner is reset before each position and after the last.
+
+    ``step`` runs each position's work as one piece (a server passes its model lock: requests take turns with the
+    pieces); a runner given as a callable is asked for anew in each piece (a pooled one, which a request may have
+    used in between)."""
     start = time.perf_counter()
     ids = list(text_ids)
     while len(ids) < max(positions, default=0) + max(widths) + 1:
         ids += list(text_ids)
     tally = _Tally(precision)
-    runner.reset()
+    runner_of = runner if callable(runner) else (lambda: runner)
     position_rows = []
     for pos in positions:
         equal, total = tally.equal, tally.total
-        _check_position(runner, ids, pos, widths, tally)
+        step(lambda: _check_position(runner_of(), ids, pos, widths, tally))
         position_rows.append((pos, tally.equal - equal, tally.total - total))
-    runner.reset()
     return IdentityCheck(tally.equal, tally.total, tuple(widths), tuple(positions), tally.drift, tally.first,
                          time.perf_counter() - start, where, tuple(dict.fromkeys(tally.unequal)),
                          tuple(position_rows))
@@ -124,12 +137,13 @@ class _Tally:
 
 
 def _check_position(runner: Runner, ids: list[int], pos: int, widths: tuple[int, ...], tally: _Tally) -> None:
-    """At ``pos`` (the prompt prefilled up to there): the rows of each width, then one token fed alone after it."""
+    """At ``pos`` (the prompt prefilled up to there, on an emptied runner): the rows of each width, then one token fed
+    alone after it. The runner is left emptied."""
     import torch
 
-    runner.rollback(min(pos, len(runner.tokens)))
-    if len(runner.tokens) < pos:
-        runner.forward(ids[len(runner.tokens):pos], n_logits=1)  # the prompt up to here, one prefill
+    runner.reset()
+    if pos:
+        runner.forward(ids[:pos], n_logits=1)  # the prompt up to here, one prefill
     widest = max(widths)
     alone = torch.cat([runner.forward([t], n_logits=1) for t in ids[pos:pos + widest + 1]])  # (widest + 1, vocab)
     for width in widths:
@@ -138,4 +152,4 @@ def _check_position(runner: Runner, ids: list[int], pos: int, widths: tuple[int,
                              runner.forward([ids[pos + width]], n_logits=1)])  # (width + 1, vocab)
         for row in range(width + 1):
             tally.compare(batched[row], alone[row], (pos, width, row))
-    runner.rollback(pos)
+    runner.reset()

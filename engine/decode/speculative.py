@@ -78,7 +78,7 @@ def _record(step: StepRecord, choice: KChoice, k_policy: KPolicy, stats: StatsTr
     """The step's bookkeeping, in one place: the k policy learns from it, the stats count it (and the free draft
     it cut, ``cut``)."""
     k_policy.update(step)
-    stats.record_step(step, fallback=choice.fallback, costs=k_policy.costs, cut=cut)
+    stats.record_step(step, fallback=choice.fallback, costs=k_policy.costs, cut=cut, waiting=choice.waiting)
 
 
 def _verify(p_target: torch.Tensor, draft: Draft, sampling: SamplingConfig, generator: torch.Generator) -> Verdict:

@@ -97,6 +97,7 @@ class StatsTracker:
     verify_s: float = 0.0
     k: int = 0
     fallback: bool = False
+    waiting: bool = False  # the k policy waits for this machine's step costs (engine/serve/measuring.py)
     costs: StepCosts | None = None  # the k policy's fitted step costs
     cut_steps: int = 0  # steps whose free draft the k policy cut (or skipped): it would not have paid
     latest_cut: DraftCut | None = None
@@ -105,9 +106,10 @@ class StatsTracker:
     t0: float = field(default_factory=time.perf_counter)
 
     def record_step(self, step: StepRecord, fallback: bool = False, costs: StepCosts | None = None,
-                    cut: DraftCut | None = None) -> None:
+                    cut: DraftCut | None = None, waiting: bool = False) -> None:
         """Count one step; ``fallback`` and ``costs`` are the k policy's as of this step (a target-only
-        decoder has none), ``cut`` the free draft it cut in this step."""
+        decoder has none), ``cut`` the free draft it cut in this step, ``waiting`` its wait for the load-time
+        step costs."""
         self.acceptance = self.acceptance.add(step)
         if step.n_drafted:
             self.by_source[step.source] = self.by_source.get(step.source, Acceptance()).add(step)
@@ -116,7 +118,7 @@ class StatsTracker:
         self.k = step.n_drafted
         self.draft_s += step.draft_s
         self.verify_s += step.verify_s
-        self.fallback, self.costs = fallback, costs
+        self.fallback, self.costs, self.waiting = fallback, costs, waiting
 
     def snapshot(self, new_tokens: int) -> StatsEvent:
         elapsed = time.perf_counter() - self.t0
@@ -124,5 +126,6 @@ class StatsTracker:
             self.first_token_s = elapsed
         return StatsEvent(new_tokens=new_tokens, elapsed_s=elapsed, k=self.k, first_token_s=self.first_token_s,
                           acceptance=self.acceptance, proposer=self.proposer, fallback=self.fallback,
+                          waiting=self.waiting,
                           draft_s=self.draft_s, verify_s=self.verify_s, cut_steps=self.cut_steps,
                           latest_cut=self.latest_cut, costs=self.costs, by_source=tuple(self.by_source.items()))

@@ -123,7 +123,7 @@ class GridRun:
             check_pair(target, draft)
             yield self.update(f"Measuring {target.name} ({target.precision}) with {draft.name} ({draft.precision})…",
                               loading=True)
-            self.costs[keys] = measure_step_costs(runner_for(target), runner_for(draft))
+            self.costs[keys], _ = measure_step_costs(runner_for(target), runner_for(draft))
         return target, draft, self.costs[keys]
 
     def prompt_ids(self, target: LoadedModel, prompt_set: str) -> list[list[int]]:

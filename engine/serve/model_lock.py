@@ -10,6 +10,7 @@ just released it take it again before a waiting one wakes, so one answer would s
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterator
 from contextlib import closing
@@ -28,6 +29,11 @@ class FairLock:
         self._changed = threading.Condition(threading.Lock())
         self._waiting: deque[object] = deque()
         self._held = False
+
+    def free(self) -> bool:
+        """Nobody holds it and nobody waits for it (a moment's view: the next caller may take it)."""
+        with self._changed:
+            return not self._held and not self._waiting
 
     def acquire(self) -> None:
         ticket = object()
@@ -53,27 +59,43 @@ class Held:
     """The lock held around work on ``models`` (``what``: e.g. "while generating", for the error message). Used
     with ``with``, as often as needed: the judge holds one for every verdict."""
 
-    def __init__(self, lock: FairLock, models: Collection[LoadedModel], what: str):
-        self._lock, self.models, self.what = lock, models, what
+    def __init__(self, lock: FairLock, models: Collection[LoadedModel], what: str, used: Callable[[], None]):
+        self._lock, self.models, self.what, self._used = lock, models, what, used
 
     def __enter__(self) -> None:
         self._lock.acquire()
 
     def __exit__(self, kind, err, traceback) -> bool:
+        self._used()
         self._lock.release()
         if err is not None and is_out_of_memory(err) and self.models:
             raise out_of_memory(self.what, list(self.models)) from err
         return False
 
 
+MEASURING = "while measuring"  # the load-time measurements' work: it does not count as the models being used
+
+
 class ModelLock:
-    def __init__(self):
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
         self._lock = FairLock()  # one piece of work on the models at a time, in turn
+        self._clock = clock
+        self._used_at = clock()  # when work other than a measurement last let go of the models
 
     def over(self, models: Collection[LoadedModel], what: str) -> Held:
         """The lock for work on ``models``: a live collection (a pool's ``values()``) names what it holds when
         the fault comes."""
-        return Held(self._lock, models, what)
+        return Held(self._lock, models, what, self._mark if what != MEASURING else lambda: None)
+
+    def _mark(self) -> None:
+        self._used_at = self._clock()
+
+    def idle_for(self) -> float:
+        """Seconds since work other than a measurement last used the models; 0 while any work holds or waits for
+        them. The load-time measurements run their pieces only after a while of this (engine/serve/measuring.py)."""
+        if not self._lock.free():
+            return 0.0
+        return max(0.0, self._clock() - self._used_at)
 
     def run(self, models: Collection[LoadedModel], what: str, work: Callable[[], T]) -> T:
         """``work()`` under the lock."""

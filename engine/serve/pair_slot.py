@@ -15,13 +15,15 @@ import torch
 
 from engine.cache.judge import LLMJudge, judge_for, uncalibrated_note
 from engine.config import AUTO
-from engine.decode.identity import IdentityCheck
-from engine.errors import NoPairError
-from engine.models.load_checks import check_identity, measure_step_costs
+from engine.errors import InvalidSettingError, NoPairError
+from engine.models.catalog import cache_dir_of
 from engine.models.devices import check_target_precision, gpu_bytes, release_memory
 from engine.models.auto import describe, plan_precisions
 from engine.models.hardware import detect_machine
-from engine.models.loading import LoadedModel, check_pair, check_pair_sources, load_model, runner_for, runner_name
+from engine.models.loading import LoadedModel, check_pair, check_pair_sources, load_model, runner_name
+from engine.models.load_checks import LoadChecks
+from engine.serve.kept_figures import pair_key, store_for
+from engine.serve.measuring import Measurer
 from engine.serve.model_lock import ModelLock
 from engine.serve.verify_mode import VerifyChoice, choose_verify
 from engine.costs.costmodel import StepCosts
@@ -35,21 +37,35 @@ class Pair:
     """The loaded models as one value: swapped in one assignment, read once per request."""
     target: LoadedModel
     draft: LoadedModel
-    costs: StepCosts  # measured at load: the adaptive k starts from it
     precision_note: str  # what auto chose (or the user) on this machine, and why: plan_precisions' sentence
-    identity: IdentityCheck  # measured at load: is the target the same in a verify as alone, here
+    # measured on this machine beside serving (engine/serve/measuring.py): the step costs the adaptive k starts from,
+    # the identity check, the target-only speed; None while they are measured (an adaptive k waits for them)
+    checks: LoadChecks | None = None
     verify: VerifyChoice = VerifyChoice()  # identical or fastest, where identity holds only up to some width
 
     @property
     def models(self) -> tuple[LoadedModel, LoadedModel]:
         return self.target, self.draft
 
+    @property
+    def costs(self) -> StepCosts | None:
+        return self.checks.costs if self.checks else None
+
     def info(self) -> PairInfo:
-        return PairInfo(self.target.name, self.draft.name, self.target.precision, self.draft.precision,
-                        str(self.target.device), self.precision_note, self.costs,
-                        bit_identical=self.identity.identical, identity_note=self.identity.describe(),
-                        identity_drift_steps=self.identity.max_drift_steps, runner=runner_name(self.target),
-                        verify_mode=self.verify.mode if self.verify.cap else "", verify_note=self.verify.note)
+        head = PairInfo(self.target.name, self.draft.name, self.target.precision, self.draft.precision,
+                        str(self.target.device), self.precision_note, runner=runner_name(self.target))
+        checks = self.checks
+        if checks is None:
+            return replace(head, measuring=True, identity_note=MEASURING_NOTE)
+        identity = checks.identity
+        return replace(head, costs=checks.costs, bit_identical=identity.identical, identity_note=identity.describe(),
+                       identity_drift_steps=identity.max_drift_steps, target_speed=checks.speed,
+                       checks_note=checks.note(), verify_mode=self.verify.mode if self.verify.cap else "",
+                       verify_note=self.verify.note)
+
+
+MEASURING_NOTE = ("measuring on this machine while the app is idle: the identity check, the verify costs and the "
+                  "target-only speed; until then an adaptive k runs target-only steps")
 
 
 @dataclass(frozen=True)
@@ -62,16 +78,28 @@ class Judging:
 NO_JUDGE = Judging()
 
 
+def _verify_choice(checks: LoadChecks | None) -> VerifyChoice:
+    """The verify mode the figures choose: none before they are in; from quiet figures only."""
+    if checks is None:
+        return VerifyChoice()
+    return choose_verify(checks.identity, checks.costs, quiet=not checks.busy)
+
+
 def _kept(loaded: LoadedModel | None, name: str, precision: str) -> LoadedModel | None:
     return loaded if loaded is not None and (loaded.name, loaded.precision) == (name, precision) else None
 
 
 class PairSlot:
-    def __init__(self, cache_dir: Path | None = None, paraphrase_judge: bool = True):
+    def __init__(self, lock: ModelLock, cache_dir: Path | None = None, paraphrase_judge: bool = True,
+                 beside: bool = True):
         self.cache_dir = cache_dir  # converted weights (engine/models/catalog.py); None: catalog.cache_root()
         self.paraphrase_judge = paraphrase_judge  # direct mode: the target judges near-hits (engine/cache/judge.py)
         self.pair: Pair | None = None
         self._load_lock = threading.Lock()  # one load at a time
+        self._swap = threading.Lock()  # one change of the installed pair at a time (a load, its figures, a mode)
+        self.store = store_for(cache_dir_of(cache_dir))  # quiet load-time figures kept between launches
+        self.measurer = Measurer(lock, self.store, self._measured)
+        self.beside = beside  # measure a loaded pair's figures beside serving (else before load returns)
         self._judge: tuple[LoadedModel, LLMJudge | None] | None = None  # (its target, the judge)
         self._fp32: dict[str, LoadedModel] = {}  # fp32 copies (on the CPU) for "prove it", by name; this pair's only
 
@@ -92,7 +120,7 @@ class PairSlot:
             models = [kept[role] or load_model(asked[role][0], plan.precisions[role], role=role,
                                                cache_dir=self.cache_dir, chosen_by_auto=asked[role][1] in (None, AUTO))
                       for role in ROLES]
-            return self.install(*models, note=plan.reason)
+            return self.install(*models, note=plan.reason, beside=self.beside)
 
     def _plan(self, asked: dict[str, tuple[str, str | None]]):
         """The pair's precisions, refused when the device cannot run them (what a switch reuses or frees counts as
@@ -104,27 +132,57 @@ class PairSlot:
         held = dict(zip(ROLES, current.models)) if current else {}
         return plan, {role: _kept(held.get(role), asked[role][0], plan.precisions[role]) for role in ROLES}
 
-    def install(self, target: LoadedModel, draft: LoadedModel, note: str = "") -> Pair:
-        """Install loaded models: one assignment, after the pair check and a short measurement of their forward
-        costs (own KV caches: safe beside a generation). ``note``: the plan's sentence (what auto chose and why);
-        '' for models loaded elsewhere, which are described as they are."""
+    def install(self, target: LoadedModel, draft: LoadedModel, note: str = "", beside: bool = True) -> Pair:
+        """Install loaded models: one assignment, after the pair check. The figures measured on this machine come
+        from an earlier launch's (the same files and build) or are measured beside serving (``Measurer``; not
+        ``beside``: now, in this thread): until they are in, the pair says so. ``note``: the plan's sentence (what
+        auto chose and why); '' for models loaded elsewhere, which are described as they are."""
         check_pair(target, draft)
-        costs = measure_step_costs(runner_for(target), runner_for(draft))
         note = note or describe(detect_machine(target.device.type), {"target": target.precision,
                                                                       "draft": draft.precision},
                                 {r for r, m in zip(ROLES, (target, draft)) if m.auto_precision}, [])
-        identity = check_identity(target)
-        pair = Pair(target, draft, costs, note, identity, choose_verify(identity, costs))
-        switched, self.pair = self.pair is not None, pair
+        kept = self.store.get(pair_key(target, draft))
+        pair = Pair(target, draft, note, kept, _verify_choice(kept))
+        with self._swap:
+            switched, self.pair = self.pair is not None, pair
         if switched:
             self._release_all_but(pair)
+        if kept is not None:
+            self.measurer.stop()
+        elif beside:
+            self.measurer.start(pair.models)
+        else:
+            self.measurer.now(pair.models)
+            return self.require()
+        return pair
+
+    def _measured(self, models: tuple[LoadedModel, LoadedModel], checks: LoadChecks) -> bool:
+        """The Measurer's figures for ``models``, installed in one assignment; False when another pair was loaded
+        meanwhile (nothing changes)."""
+        with self._swap:
+            pair = self.pair
+            if pair is None or pair.target is not models[0] or pair.draft is not models[1]:
+                return False
+            self.pair = replace(pair, checks=checks, verify=_verify_choice(checks))
+        return True
+
+    def remeasure(self) -> Pair:
+        """Measure the loaded pair again beside serving (its kept figures dropped); meanwhile it says "measuring"."""
+        with self._swap:
+            pair = self.require()
+            self.store.forget(pair_key(*pair.models))
+            self.pair = pair = replace(pair, checks=None, verify=VerifyChoice())
+        self.measurer.start(pair.models)
         return pair
 
     def set_verify(self, mode: str) -> Pair:
         """The loaded pair in verify ``mode`` (engine/serve/verify_mode.py): one assignment; requests already
         running keep the mode they started with."""
-        with self._load_lock:
+        with self._swap:
             pair = self.require()
+            if pair.checks is None:
+                raise InvalidSettingError("the verify widths are being measured on this machine: the identical/fastest "
+                                          "choice comes with the figures")
             self.pair = pair = replace(pair, verify=pair.verify.with_mode(mode))
         return pair
 

@@ -50,12 +50,16 @@ def best_speed(costs: StepCosts, most_k: int) -> tuple[int, float]:
     return k, free.tokens_per_s(ALPHA, k)
 
 
-def choose_verify(identity: IdentityCheck, costs: StepCosts) -> VerifyChoice:
+def choose_verify(identity: IdentityCheck, costs: StepCosts, quiet: bool = True) -> VerifyChoice:
     """The default mode for a pair, measured: ``identical`` where keeping to the identical width costs at most
-    ``TOLERANCE`` of the modelled speed, else ``fastest``; no choice where the check found no partial width."""
+    ``TOLERANCE`` of the modelled speed, else ``fastest``; no choice where the check found no partial width.
+    Costs measured on a busy machine (not ``quiet``) price nothing: ``identical`` until quiet ones come."""
     cap = identity.width_cap
     if cap is None:
         return VerifyChoice()
+    if not quiet:
+        return VerifyChoice(IDENTICAL, cap, f"verify widths: identical (k <= {cap - 1}), the default while the verify "
+                                            "costs come from a busy machine; quiet figures price both modes")
     k_same, same = best_speed(costs, cap - 1)
     k_fast, fast = best_speed(costs, K_MAX)
     mode = IDENTICAL if same >= (1 - TOLERANCE) * fast else FASTEST

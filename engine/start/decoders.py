@@ -22,7 +22,7 @@ from engine.proposers import PROPOSERS, Proposer
 from engine.proposers.cached_answer import CachedAnswerProposer
 from engine.proposers.prediction import PredictionProposer
 from engine.costs.costmodel import StepCosts
-from engine.costs.kpolicy import policy_for
+from engine.costs.kpolicy import Waiting, policy_for
 
 
 def answer_room(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig) -> int:
@@ -51,17 +51,20 @@ def make_proposer(spec: SpecConfig, draft: LoadedModel, cached_answer: tuple[int
 def start_speculative(target: LoadedModel, draft: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig,
                       spec: SpecConfig, *, costs: StepCosts | None = None, cached_answer: tuple[int, ...] = (),
                       prediction: tuple[int, ...] = (), stream: TokenStream | None = None,
-                      cancel: threading.Event | None = None, width_cap: int | None = None) -> Iterator[Event]:
+                      cancel: threading.Event | None = None, width_cap: int | None = None,
+                      measuring: bool = False) -> Iterator[Event]:
     """The draft-verify loop on ``target`` and ``draft``. ``costs`` (the pair's step costs measured at load)
-    starts the k policy's cost model; ``stream`` defaults to :func:`token_stream`. ``width_cap``: the widest verify
+    starts the k policy's cost model; ``measuring``: they are still being measured, and an adaptive k waits for them
+    with target-only steps (kpolicy.Waiting); ``stream`` defaults to :func:`token_stream`. ``width_cap``: the widest verify
     the load-time identity check found bit-identical (IdentityCheck.width_cap), which an adaptive k keeps to.
     ``cached_answer`` and ``prediction``: free drafts the request brings (:func:`make_proposer`)."""
     stream = stream or token_stream(target, prompt_ids, sampling)
     cap = width_cap if spec.adaptive else None  # a fixed k is the user's choice
     capped = within_width(spec, cap)
     proposer = make_proposer(capped, draft, cached_answer, prediction)
+    k_policy = Waiting() if measuring and spec.adaptive else policy_for(capped, costs, len(prompt_ids))
     return speculative_generate(runner_for(target), proposer, prompt_ids, stream, sampling,
-                                k_policy=policy_for(capped, costs, len(prompt_ids)), cancel=cancel, max_width=cap)
+                                k_policy=k_policy, cancel=cancel, max_width=cap)
 
 
 def within_width(spec: SpecConfig, width_cap: int | None) -> SpecConfig:

@@ -1,19 +1,32 @@
-"""app/baseline.py: the target-only speed, measured once per target, precision and device, kept in a file."""
+"""app/baseline.py: the target-only speed the engine measured, as the views read it, and the quiet ones remembered
+in a file per target, precision and device (the experiment grid's estimates)."""
 import json
 
 import pytest
 
-from app.baseline import BaselineStore, baseline_key, get_or_measure
-from tests.helpers.fakes import FakeEngine
+from app.baseline import BaselineStore, baseline_key
+from app.context import AppContext
+from tests.helpers.fakes import SCRIPT, FakeEngine
 
 
-def test_baseline_is_measured_once_and_cached(tmp_path):
-    engine, store = FakeEngine([]), BaselineStore(tmp_path / "b.json")
-    first = get_or_measure(engine, store)
-    assert first["tokens_per_s"] == pytest.approx(8.0)
-    engine.generate_reference = None  # a second call must not measure again
-    assert get_or_measure(engine, BaselineStore(tmp_path / "b.json")) == first
-    assert baseline_key(engine.info()) in json.loads((tmp_path / "b.json").read_text())
+def test_the_speed_is_the_engines_and_a_quiet_one_is_remembered(tmp_path):
+    engine = FakeEngine([])
+    ctx = AppContext(engine, BaselineStore(tmp_path / "b.json"))
+    record = ctx.baseline()
+    assert record["tokens_per_s"] == pytest.approx(8.0) and record["decode_tokens_per_s"] == pytest.approx(10.0)
+    assert not record["flagged"] and SCRIPT in record["how"]  # the views escape it
+    assert json.loads((tmp_path / "b.json").read_text())[baseline_key(engine.info())] == record
+
+
+def test_no_speed_while_measuring_and_a_busy_one_is_not_remembered(tmp_path):
+    engine = FakeEngine([])
+    engine.measuring = True
+    ctx = AppContext(engine, BaselineStore(tmp_path / "b.json"))
+    assert ctx.baseline() is None
+    engine.measuring = False
+    engine.info = lambda: FakeEngine.info(engine).__class__(**{**FakeEngine.info(engine).__dict__,
+                                                             "checks_note": "measured on a busy machine (x)"})
+    assert ctx.baseline()["flagged"] and not (tmp_path / "b.json").exists()
 
 
 def test_baselines_stay_in_memory_when_the_file_cannot_be_written(tmp_path):

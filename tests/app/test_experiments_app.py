@@ -25,11 +25,12 @@ def form(**kw) -> dict:
 
 
 def lab_context(tmp_path, measured: bool = True) -> AppContext:
-    """The tab's context on a FakeEngine; ``measured``: the loaded target's target-only speed measured (the app
-    does it at launch), here on the fake's reference decoder."""
-    ctx = AppContext(FakeEngine([]), BaselineStore(tmp_path / "b.json"))
-    if measured:
-        ctx.ensure_baseline()
+    """The tab's context on a FakeEngine; ``measured``: the loaded target's target-only speed measured (the engine
+    does it beside serving; the app remembers it when it reads it), else still being measured."""
+    engine = FakeEngine([])
+    engine.measuring = not measured
+    ctx = AppContext(engine, BaselineStore(tmp_path / "b.json"))
+    ctx.baseline()
     return ctx
 
 

@@ -502,6 +502,7 @@ def test_v1_carries_the_pairs_identity_check_and_runner():
     engine = CheckedEngine()
     c = TestClient(add_openai_routes(FastAPI(), AppContext(engine)), raise_server_exceptions=False)
     expected = {"bit_identical": True, "check": "verified bit-identical on this machine: 9/9 rows",
+                "measuring": False, "measured": engine.info().checks_note,
                 "verify_mode": "identical", "verify": engine.info().verify_note}  # the mode where one is offered
     target, draft = c.get("/v1/models").json()["data"]
     assert target["x_identity"] == expected and "x_identity" not in draft
@@ -512,6 +513,17 @@ def test_v1_carries_the_pairs_identity_check_and_runner():
     assert chunks[0]["x_identity"] == expected and all("x_identity" not in ch for ch in chunks[1:])
     engine.set_verify_mode("fastest")
     assert c.get("/v1/models").json()["data"][0]["x_identity"]["verify_mode"] == "fastest"
+
+
+
+def test_v1_says_the_figures_are_being_measured_and_claims_no_identity_meanwhile():
+    from tests.helpers.fakes import FakeEngine as ReplayEngine
+
+    engine = ReplayEngine([])
+    engine.measuring = True  # served before the pair's figures are in
+    c = TestClient(add_openai_routes(FastAPI(), AppContext(engine)), raise_server_exceptions=False)
+    measuring = c.get("/v1/models").json()["data"][0]["x_identity"]
+    assert measuring["measuring"] and not measuring["bit_identical"] and "verify_mode" not in measuring
 
 
 @pytest.mark.parametrize("prediction, text", [

@@ -34,7 +34,7 @@ MESSAGES = [{"role": "user", "content": "abcabc"}]
 def test_decoding_never_copies_logits_to_the_host_for_cuda_or_mps(monkeypatch):
     """Only chosen ids and the p/q numbers shown cross to the host (int/float/tolist), never a logits tensor."""
     target, draft = tiny_pair(0)
-    engine = ChatEngine()
+    engine = ChatEngine(measure_beside=False)
     engine.use_models(target, draft)
 
     def no_host_copy(self, *args, **kwargs):
@@ -83,7 +83,7 @@ def test_every_clock_read_on_cuda_waits_for_the_device_first(monkeypatch, module
     monkeypatch.setattr(ModelRunner, "synchronize", lambda self: log.append("sync"))
     monkeypatch.setattr(module, "time", _Clock(log))
     target, draft = tiny_pair(0)
-    engine = ChatEngine()
+    engine = ChatEngine(measure_beside=False)
     engine.use_models(target, draft)  # calibrates: the timed forwards
     final_done(engine.generate(MESSAGES, SamplingConfig(max_new_tokens=8), SpecConfig(k=3),
                                cache=CacheConfig(mode="off")))

@@ -44,7 +44,7 @@ def smol():
 
 
 def fresh_engine(smol) -> ChatEngine:
-    engine = ChatEngine()
+    engine = ChatEngine(measure_beside=False)
     model = small_context(smol)
     engine.use_models(model, model)
     return engine

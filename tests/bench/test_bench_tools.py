@@ -29,7 +29,7 @@ def test_the_overhead_table_is_read_by_its_header_whatever_lines_come_above(monk
     info = SimpleNamespace(target=SMOL, draft=SMOL, target_precision="int4", draft_precision="int4",
                            precision_note=note)
     measured = [overhead.Overhead("target", 16, 0.8, 0.7), overhead.Overhead("default", 8, 0.6, 0.45)]
-    monkeypatch.setattr(overhead, "ChatEngine", lambda: SimpleNamespace(load_pair=lambda *names: info))
+    monkeypatch.setattr(overhead, "ChatEngine", lambda **kw: SimpleNamespace(load_pair=lambda *names: info))
     monkeypatch.setattr(overhead, "measure", lambda engine, prompts, modes, max_new_tokens: measured)
     overhead.main(["--target", SMOL, "--draft", SMOL, "--json", str(tmp_path / "o.json")])
     out = capsys.readouterr().out

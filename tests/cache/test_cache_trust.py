@@ -35,7 +35,7 @@ def pair():
 
 @pytest.fixture(autouse=True)
 def fixed_step_costs(monkeypatch):
-    monkeypatch.setattr("engine.serve.pair_slot.measure_step_costs", lambda target, draft: LAB_COSTS)
+    monkeypatch.setattr("engine.serve.measuring.measure_step_costs", lambda target, draft, step: (LAB_COSTS, 0.0))
 
 
 @pytest.fixture(scope="module")

@@ -15,11 +15,13 @@ from engine.lab.grid import DOCTOR_KINDS
 from engine.lab.results import DoctorReport, LabUpdate, PromptRun, cell_row
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.costs.costmodel import StepCosts, break_even_alpha
-from engine.surface import CacheEntry, CacheInfo, CacheStats, PairInfo
+from engine.surface import CacheEntry, CacheInfo, CacheStats, PairInfo, TargetSpeed
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = '<img src=x onerror="alert(1)">'
 ACCEPTANCE_FIELDS = frozenset(f.name for f in fields(Acceptance))
+FAKE_SPEED = TargetSpeed(tokens_per_s=8.0, decode_tokens_per_s=10.0, first_token_s=0.9, tokens=32,
+                         how=f"a fake's speed {SCRIPT}")
 
 
 def tok(text="a", kind="accepted", **kw):
@@ -109,14 +111,27 @@ class FakeEngine:
         self.calls = []
         self.entries = [CacheEntry("k1", SCRIPT, IMG, 0.0)] if cache else None
         self.verify_mode = "identical"  # a pair identical only up to some width: the choice is offered
+        self.measuring = False  # True: the pair's figures are still being measured (no speed, no verify choice)
 
     def load_pair(self, target=DEFAULT_TARGET, draft=DEFAULT_DRAFT, target_precision=None, draft_precision=None):
         self.calls.append(dict(load=(target, draft, target_precision, draft_precision)))
         return self.info()
 
     def info(self):
-        return PairInfo(target="t", draft="d", target_precision="bf16", draft_precision="nf4", device="cpu",
-                        verify_mode=self.verify_mode, verify_note=f"verify widths: {SCRIPT} default identical")
+        pair = PairInfo(target="t", draft="d", target_precision="bf16", draft_precision="nf4", device="cpu")
+        if self.measuring:
+            return PairInfo(**{**pair.__dict__, "measuring": True, "identity_note": "measuring"})
+        return PairInfo(**{**pair.__dict__, "verify_mode": self.verify_mode,
+                           "verify_note": f"verify widths: {SCRIPT} default identical",
+                           "target_speed": FAKE_SPEED, "checks_note": "measured 2026-01-01 00:00 while it was quiet"})
+
+    def remeasure(self):
+        self.calls.append(dict(remeasure=True))
+        return self.info()
+
+    def wait_measured(self, timeout=None):
+        self.measuring = False
+        return self.info()
 
     def set_verify_mode(self, mode):
         if mode not in ("identical", "fastest"):

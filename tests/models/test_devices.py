@@ -102,7 +102,7 @@ def test_the_auto_sentence_in_launch_help_is_the_pair_lines(monkeypatch, capsys,
     with pytest.raises(SystemExit):
         launch.parse_args(["--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    info = ChatEngine().load_pair(tiny_source, tiny_source)  # auto for both
+    info = ChatEngine(measure_beside=False).load_pair(tiny_source, tiny_source)  # auto for both
     assert info.precision_note.startswith(detect_machine("cpu").describe() + " -> target ")
     assert f"Here auto picks, for the default pair: {' '.join(info.precision_note.split())}" in help_text
     assert "gguf (llama.cpp on CPU" in help_text

@@ -53,7 +53,7 @@ def test_smollm2_fp32_greedy_speculative_equals_reference(smol_engine, prompt, k
 def test_default_draft_precision_stays_lossless_with_the_default_spec():
     """The app's defaults on this device (on a CPU: dynamic-int8 draft), hybrid proposer, adaptive k, trimmed head."""
     from engine.config import CACHE_OFF, DEFAULT_SPEC
-    engine = ChatEngine()
+    engine = ChatEngine(measure_beside=False)
     info = engine.load_pair(SMOL, SMOL, "fp32")
     plan = plan_precisions({"target": (SMOL, "fp32"), "draft": (SMOL, None)})
     assert info.draft_precision == plan.precisions["draft"]
@@ -159,7 +159,7 @@ def test_a_mismatched_pair_is_refused_before_any_weights_load(monkeypatch):
 
     monkeypatch.setattr(engine.serve.pair_slot, "load_model", no_weights)
     with pytest.raises(IncompatiblePairError, match="tokenize differently"):
-        ChatEngine().load_pair(SMOL, DEFAULT_DRAFT)
+        ChatEngine(measure_beside=False).load_pair(SMOL, DEFAULT_DRAFT)
 
 
 def test_sha256_mismatch_is_refused(tmp_path):
@@ -181,7 +181,7 @@ def test_gguf_path_and_hf_directory_load_through_the_same_function(tmp_path, mon
 
 
 def test_default_qwen_pair_smoke():
-    engine = ChatEngine()
+    engine = ChatEngine(measure_beside=False)
     info = engine.load_pair(DEFAULT_TARGET, DEFAULT_DRAFT)
     assert (info.target, info.draft) == (DEFAULT_TARGET, DEFAULT_DRAFT)
     events = done(engine.generate([{"role": "user", "content": "Write hello world in Python."}],
@@ -225,7 +225,7 @@ def test_auto_precision_is_the_machine_choice_and_said_so(smol_int8_target):
     from engine.models.auto import CPU_CHOICES
     from engine.models.hardware import detect_machine
     from engine.models.loading import gguf_runnable
-    engine = ChatEngine()
+    engine = ChatEngine(measure_beside=False)
     info = engine.load_pair(SMOL, SMOL)  # auto for both
     plan = plan_precisions({"target": (SMOL, None), "draft": (SMOL, None)})
     assert (info.target_precision, info.draft_precision) == (plan.precisions["target"], plan.precisions["draft"])

@@ -1,7 +1,7 @@
 """What the bench command lines share: their input files and their argument errors.
 
 Every argument is checked before anything loads, through the engine's own checks (engine.config,
-engine.models.loading.check_source); a bad one ends the program with exit status 2 and one line naming it,
+engine.models.sources.check_source); a bad one ends the program with exit status 2 and one line naming it,
 the way argparse reports its own errors, never a traceback.
 """
 from __future__ import annotations

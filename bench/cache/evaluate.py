@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
 def check_judge(args) -> None:
     """The judge model's name and precision, checked before anything loads (its threshold: at load)."""
     from engine.config import check_precision
-    from engine.models.loading import check_source
+    from engine.models.sources import check_source
 
     check_source(args.judge)
     if args.judge_precision:

@@ -23,7 +23,8 @@ from engine.decode.identity import LONG_POSITION, SHORT_POSITION, measure_identi
 from engine.models.load_checks import IDENTITY_PROMPT, forward_costs
 from engine.models.catalog import DEFAULT_TARGET
 from engine.models.sources import gguf_file
-from engine.models.loading import check_source, load_model, load_tokenizer, quiet_library_logs, runner_for
+from engine.models.loading import load_model, load_tokenizer, quiet_library_logs, runner_for
+from engine.models.sources import check_source
 from engine.models.prompt import template_ids
 
 GGUF_SETTINGS = [  # (flash attention, repack, K type, V type): the app's default first, llama-server's second

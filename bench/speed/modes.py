@@ -31,7 +31,8 @@ import torch
 from tqdm.auto import tqdm
 
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
-from engine.models.loading import check_source, quiet_library_logs
+from engine.models.loading import quiet_library_logs
+from engine.models.sources import check_source
 from engine.config import PRECISIONS, PROPOSER_NAMES, SamplingConfig, SpecConfig, check_precision
 from engine.precision import TORCH, precision as record
 from bench.speed.mode_runs import MODES, ModeCall, decode_rate, forget_prompts, paraphrase

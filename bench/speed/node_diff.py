@@ -24,7 +24,8 @@ from engine.backends.llama_cpp import KV_TYPES, GgufModel, GgufSettings
 from engine.backends.llama_cpp_runner import LlamaCppRunner
 from engine.models.catalog import DEFAULT_TARGET
 from engine.models.load_checks import IDENTITY_PROMPT
-from engine.models.loading import check_source, load_tokenizer, quiet_library_logs
+from engine.models.loading import load_tokenizer, quiet_library_logs
+from engine.models.sources import check_source
 from engine.models.prompt import template_ids
 from engine.models.sources import gguf_file
 

@@ -22,7 +22,8 @@ from engine.chat_engine import ChatEngine
 from engine.config import CACHE_OFF, DEFAULT_SPEC, SamplingConfig, check_precision
 from engine.events import final_done
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
-from engine.models.loading import check_source, quiet_library_logs
+from engine.models.loading import quiet_library_logs
+from engine.models.sources import check_source
 
 HEADER = f"{'mode':<10} {'steps':>6} {'ms/step':>10} {'forwards ms':>12} {'outside ms':>13} {'outside':>8}"
 PROMPTS = ("Write a Python function that returns the n-th Fibonacci number.",

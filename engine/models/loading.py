@@ -19,8 +19,7 @@ from engine.precision import precision as record
 from engine.backends.contract import Backend, Runner
 from engine.backends.llama_cpp import GGUF, GgufModel
 from engine.models.gguf_meta import gguf_config, gguf_tokenizer
-from engine.models.sources import (ALLOW_DOWNLOADS_ENV, GGUF_MAGIC, check_gguf_file, check_source,  # noqa: F401
-                                   gguf_file, gguf_model, gguf_runnable, hub_source, resolve_source, source_kind)
+from engine.models.sources import gguf_file, gguf_model, resolve_source
 
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>")
 

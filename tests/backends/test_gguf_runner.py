@@ -18,7 +18,8 @@ from engine.divergence import first_divergence
 from engine.errors import InvalidSettingError
 from engine.models import loading, sources
 from engine.models.auto import plan_precisions
-from engine.models.loading import gguf_runnable, load_model, runner_for
+from engine.models.loading import load_model, runner_for
+from engine.models.sources import gguf_runnable
 from engine.models.prompt import template_ids
 from engine.proposers import PROPOSERS
 from engine.costs.kpolicy import FixedK
@@ -112,7 +113,7 @@ def test_gguf_is_refused_where_it_cannot_run(monkeypatch):
     with pytest.raises(InvalidSettingError, match="CPU only"):
         plan_precisions({"target": (SMOL, "gguf"), "draft": (SMOL, "gguf")}, torch.device("cuda", 0))
     with pytest.raises(InvalidSettingError, match="needs a GGUF model"):
-        sources.gguf_file(str(Path(loading.resolve_source(SMOL))))  # the converted HF directory: not a GGUF
+        sources.gguf_file(str(Path(sources.resolve_source(SMOL))))  # the converted HF directory: not a GGUF
 
 
 def test_a_follow_up_turn_prefills_only_what_is_new(real_models, monkeypatch):

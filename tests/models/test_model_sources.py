@@ -5,7 +5,7 @@ import pytest
 
 from engine.errors import EngineError, ModelFormatError, UnknownModelError
 from engine.models.catalog import CACHE_DIR_ENV
-from engine.models.loading import ALLOW_DOWNLOADS_ENV, hub_source, resolve_source
+from engine.models.sources import ALLOW_DOWNLOADS_ENV, hub_source, resolve_source
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,8 @@ from engine.errors import (EmptyPromptError, IncompatiblePairError, ModelIntegri
                            UnknownModelError)
 from engine.models.load_checks import STEP_COST_TOKENS
 from engine.models.auto import plan_precisions
-from engine.models.loading import default_device, load_model, resolve_source
+from engine.models.loading import default_device, load_model
+from engine.models.sources import resolve_source
 from engine.chat_engine import ChatEngine
 from tests.helpers.constants import SMOL
 
@@ -57,7 +58,7 @@ def test_default_draft_precision_stays_lossless_with_the_default_spec():
     info = engine.load_pair(SMOL, SMOL, "fp32")
     plan = plan_precisions({"target": (SMOL, "fp32"), "draft": (SMOL, None)})
     assert info.draft_precision == plan.precisions["draft"]
-    from engine.models.loading import gguf_runnable
+    from engine.models.sources import gguf_runnable
     if DEVICE == "cpu" and gguf_runnable(SMOL):  # llama-cpp-python installed: auto runs the GGUF draft on it
         assert info.draft_precision == "gguf"
     elif DEVICE == "cpu" and torch.backends.quantized.engine != "none":
@@ -224,7 +225,7 @@ def test_auto_precision_is_the_machine_choice_and_said_so(smol_int8_target):
     from engine.models.catalog import model_gguf
     from engine.models.auto import CPU_CHOICES
     from engine.models.hardware import detect_machine
-    from engine.models.loading import gguf_runnable
+    from engine.models.sources import gguf_runnable
     engine = ChatEngine(measure_beside=False)
     info = engine.load_pair(SMOL, SMOL)  # auto for both
     plan = plan_precisions({"target": (SMOL, None), "draft": (SMOL, None)})

@@ -8,6 +8,10 @@ repository path in backticks exists (``tests/x.py::test_name``: the test too); e
 (``engine.divergence.first_disagreement``) is a module, or a name defined in one; every relative link resolves,
 its ``#anchor`` included. The README stays a tour of at most 350 lines, links every page of docs/, and
 keeps the test command that .ci/run runs verbatim.
+
+And the facts the pages state about the code: a list of token kinds names the engine's kinds and no other
+(``engine.events.TOKEN_KINDS``), every module of a folder on docs/engine.md's layout is named on its row, and every
+command-line tool in bench/ is shown on some page.
 """
 from __future__ import annotations
 
@@ -38,6 +42,9 @@ HEADING = re.compile(r"^#{1,6} (.+)$", re.MULTILINE)
 DOTTED = re.compile(r"^((?:engine|app|bench)(?:\.\w+)+)(?:\(.*\))?$")
 LAYOUT_ROW = re.compile(r"^([\w.]+/(?:[\w.]+/)*|[\w.]+\.py) {2,}", re.MULTILINE)  # a folder tree's rows
 CLASS = re.compile(r"^([A-Z][a-z0-9]+[A-Z]\w*)(?:\.(\w+))?(?:\(.*\))?$")  # ChatEngine, ModelRunner.rollback
+
+
+KIND_LIST = re.compile(r"`[\w-]+`(?:(?:,\s*(?:and\s+|or\s+)?|\s+and\s+|\s+or\s+|\s*/\s*)`[\w-]+`)+")
 
 
 # ---- reading a page --------------------------------------------------------------------------------------
@@ -226,6 +233,81 @@ def page_problems(page: Path, text: str) -> list[str]:
 
 
 # ---- the tests -------------------------------------------------------------------------------------------
+# ---- the facts a page states about the code --------------------------------------------------------------
+def kind_problems(text: str) -> list[str]:
+    """A list of backticked words that names two or more token kinds is a list of token kinds: each must be one."""
+    from engine.events import TOKEN_KINDS
+
+    problems = []
+    for span in KIND_LIST.findall(text):
+        items = re.findall(r"`([\w-]+)`", span)
+        if len(set(items) & set(TOKEN_KINDS)) >= 2:
+            problems += [f"{item!r} in {span!r} is not a token kind (engine.events.TOKEN_KINDS: {TOKEN_KINDS})"
+                         for item in items if item not in TOKEN_KINDS]
+    return problems
+
+
+def layout_rows(text: str) -> dict[str, str]:
+    """docs/engine.md's layout block: folder -> its row's words (continuation lines joined)."""
+    block = FENCED.findall(text[text.index("## Layout"):])[0]
+    rows: dict[str, str] = {}
+    current = None
+    for line in block.splitlines():
+        if match := LAYOUT_ROW.match(line + "  "):
+            current = match.group(1)
+            rows[current] = line[len(current):]
+        elif current:
+            rows[current] += " " + line.strip()
+    return rows
+
+
+def layout_problems(text: str, root: Path = REPO) -> list[str]:
+    """Each Python module of a folder on the layout is named on the folder's row: a new module is placed on the map."""
+    problems = []
+    for folder, row in layout_rows(text).items():
+        if not folder.endswith("/") or not (root / folder).is_dir():
+            continue
+        words = set(re.findall(r"\w+", row))
+        problems += [f"docs/engine.md's layout row {folder} does not name its module {module.stem}"
+                     for module in sorted((root / folder).glob("*.py"))
+                     if module.stem != "__init__" and module.stem not in words]
+    return problems
+
+
+def cli_problems(pages: list[str], root: Path = REPO) -> list[str]:
+    """Every command-line tool in bench/ (a module that runs as ``__main__``) is shown on some page as
+    ``python -m bench....``."""
+    shown = {module for text in pages for module, _ in commands(text)}
+    tools = sorted(".".join(p.relative_to(root).with_suffix("").parts) for p in (root / "bench").rglob("*.py")
+                   if 'if __name__ == "__main__"' in p.read_text())
+    return [f"{tool} is a command-line tool that no page shows (python -m {tool})" for tool in tools
+            if tool not in shown]
+
+
+def test_the_pages_state_the_codes_facts():
+    texts = [page.read_text() for page in PAGES]
+    assert [p for text in texts for p in kind_problems(text)] == []
+    assert layout_problems((REPO / "docs" / "engine.md").read_text()) == []
+    assert cli_problems(texts) == []
+
+
+def test_the_fact_checks_catch_a_planted_wrong_token_kind_an_unplaced_module_and_a_hidden_tool(tmp_path):
+    engine_md = (REPO / "docs" / "engine.md").read_text()
+    planted = engine_md.replace("(`accepted`, `corrected`, `bonus`, `plain`, `cached`)",
+                                "(`accepted`, `corrected`, `bonus`, `target`, `cached`)")
+    assert planted != engine_md and kind_problems(planted) == [
+        f"'target' in '`accepted`, `corrected`, `bonus`, `target`, `cached`' is not a token kind "
+        f"(engine.events.TOKEN_KINDS: {__import__('engine.events').events.TOKEN_KINDS})"]
+    (tmp_path / "engine" / "serve").mkdir(parents=True)
+    (tmp_path / "engine" / "serve" / "new_part.py").write_text("")
+    assert layout_problems(engine_md, tmp_path) == [
+        "docs/engine.md's layout row engine/serve/ does not name its module new_part"]
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "hidden.py").write_text('if __name__ == "__main__":\n    pass\n')
+    assert cli_problems([engine_md], tmp_path) == [
+        "bench.hidden is a command-line tool that no page shows (python -m bench.hidden)"]
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
 def test_every_command_flag_path_name_and_link_on_the_page_exists(page):
     assert page_problems(page, page.read_text()) == []

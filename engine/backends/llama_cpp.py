@@ -45,6 +45,9 @@ class GgufSettings:
     cache_v: str = "bf16"  # on the path that handles every row alike (docs/models.md)
     n_ctx: int = 8192  # tokens per context (each runner's KV cache), at most the model's training context
     threads: int | None = None  # None: the physical cores (physical_cores), as torch's default thread count
+    # contexts kept idle for the next runner (each holds its last prompt, which a follow-up turn resumes); one let go
+    # beyond them is freed, oldest first: after concurrent answers the memory goes back to what one chat needs
+    max_idle: int = 2
 
 
 def physical_cores(cpus: Path = Path("/sys/devices/system/cpu")) -> int:
@@ -159,6 +162,16 @@ class GgufModel:
     def _release(self, ctx, batch, tokens: list[int]) -> None:
         with self._lock:
             self._idle.append((ctx, batch, tokens))
+            freed = self._idle[:-self.settings.max_idle] if len(self._idle) > self.settings.max_idle else []
+            del self._idle[:len(freed)]
+        for old_ctx, old_batch, _ in freed:  # held by no runner: no forward can be running on it
+            self.lib.llama_batch_free(old_batch)
+            self.lib.llama_free(old_ctx)
+
+    @property
+    def idle_contexts(self) -> int:
+        """How many contexts wait in the pool (at most ``settings.max_idle``)."""
+        return len(self._idle)
 
     def context_params(self):
         """llama.cpp's context parameters for this model's settings (bench/speed/node_diff.py adds an eval

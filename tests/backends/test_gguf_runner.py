@@ -258,3 +258,30 @@ def test_a_prediction_verified_on_llama_cpp_keeps_its_right_tokens_and_replaces_
     assert divergence is None or divergence.within_rounding, divergence
     predicted = done.stats.of_source("prediction")
     assert predicted.accepted > 0 and predicted.proposed > predicted.accepted
+
+
+def test_the_pool_keeps_a_bounded_number_of_idle_contexts_and_frees_the_rest(smol):
+    """Four answers at once make four contexts; once let go, all but ``max_idle`` are freed (oldest first) and the
+    newest keep their prompts for a follow-up turn; a later runner reuses one, and makes no new one."""
+    import gc
+
+    backend = smol.backend
+    runners = [runner_for(smol) for _ in range(4)]
+    for i, runner in enumerate(runners):
+        runner.forward([100 + i, 200, 300], n_logits=1)
+    freed = []
+    free = backend.lib.llama_free
+    backend.lib.llama_free = lambda ctx: freed.append(ctx) or free(ctx)
+    try:
+        del runner
+        while runners:  # let go in order: the fourth is released last
+            runners.pop(0)
+            gc.collect()
+        assert backend.idle_contexts == backend.settings.max_idle == 2
+        assert len(freed) >= 2  # the rest were freed
+        kept = [tokens for _, _, tokens in backend._idle]
+        assert kept[-1][0] == 103 and all(len(t) == 3 for t in kept)  # the last released, whole
+        again = runner_for(smol)
+        assert backend.idle_contexts == 1 and again.tokens[0] == 103  # reused, with its prompt
+    finally:
+        backend.lib.llama_free = free

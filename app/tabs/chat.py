@@ -45,6 +45,7 @@ class ChatTab:
     history: gr.State  # raw messages for the engine: [{"role", "content"}], no HTML
     shown: gr.State  # the same messages as displayed: escaped HTML
     trace: gr.State  # the last answer's trace document
+    pending: gr.State  # a finished answer on its way into the chat (join_answer writes it there); None between
     stats: gr.HTML  # the numbers and the break-even meter; a pair load resets it
     accept_plot: gr.BarPlot
     speed_plot: gr.LinePlot
@@ -97,8 +98,8 @@ def create_chat_panel(examples: list[list[str]], labels: list[str]) -> dict:
                                              "random lists accept few)", example_labels=labels,
                 examples_per_page=8)
     return dict(chatbot=chatbot, live=live, error_box=error_box, msg=msg, prediction=prediction, send=send, stop=stop,
-                regen=regen, clear=clear,
-                export=export, trace_file=trace_file, history=gr.State([]), shown=gr.State([]), trace=gr.State({}))
+                regen=regen, clear=clear, export=export, trace_file=trace_file, history=gr.State([]),
+                shown=gr.State([]), trace=gr.State({}), pending=gr.State(None))
 
 
 def create_stats_panel(stats_html: str) -> dict:
@@ -149,11 +150,12 @@ def _stream_answer(ctx: AppContext, tab: ChatTab, *, history: list[dict], shown:
         return
     turn, baseline, frames = Turn(), ctx.baseline(), Frames()
     doc = trace_document(turn, messages, ctx.pair(), s.to_dict())
-    # the chat takes the question now and the answer when it is done; meanwhile the answer streams into the live
-    # box under it, so what a redraw costs (the server's render, the wire, the browser's layout) is this answer's
-    # alone, however long the conversation
-    shown = [*shown, {"role": "user", "content": render_user(prompt)}]
-    yield {tab.msg: "", tab.error_box: error_html(None), tab.chatbot: shown, tab.live: turn.html(streaming=True)}
+    # the question and the answer stream into the live box under the chat, and join the chat once the answer is done
+    # (join_answer, the event after this one): the chat, its states and the plots are no outputs of the streaming
+    # event, so what a frame costs (the server's render, the wire, the browser's bookkeeping and layout) is this
+    # answer's alone, however long the conversation
+    question = render_user(prompt)
+    yield {tab.msg: "", tab.error_box: error_html(None), tab.live: _live(question, turn)}
     with contextlib.closing(events):
         for event in chain(head, events):
             turn.add(event)
@@ -161,16 +163,32 @@ def _stream_answer(ctx: AppContext, tab: ChatTab, *, history: list[dict], shown:
             if not (finished or frames.due(event.type)):
                 continue
             update = {tab.stats: render_stats(turn.stats, turn.cache, baseline, _status(turn))}
-            if finished:  # the answer joins the chat, with what the next turn, the export and the switches read
-                shown = [*shown, {"role": "assistant", "content": turn.html()}]
-                update.update({tab.chatbot: shown, tab.live: "", tab.shown: shown, tab.trace: doc,
-                               tab.history: [*messages, {"role": "assistant", "content": turn.text}]})
+            if finished:  # the whole answer, and what the join writes into the chat and the states
+                answer = turn.html()
+                update[tab.live] = _live(question, turn, answer)
+                update[tab.pending] = {"shown": [*shown, {"role": "user", "content": question},
+                                                 {"role": "assistant", "content": answer}],
+                                       "history": [*messages, {"role": "assistant", "content": turn.text}],
+                                       "trace": doc, "stats": turn.stats, "baseline": baseline}
             else:
-                update[tab.live] = turn.html(streaming=True)
-            if turn.stats is not None and finished:  # a plot redraw costs the browser most: once, with the answer
-                update[tab.accept_plot] = acceptance_frame(turn.stats)
-                update[tab.speed_plot] = speedup_frame(turn.stats, baseline)
+                update[tab.live] = _live(question, turn)
             yield update
+
+
+def _live(question: str, turn: Turn, answer: str | None = None) -> str:
+    """The live box: the question, and the answer as it streams (``answer``: the finished one)."""
+    return f'<div class="live-question">{question}</div>' + (answer or turn.html(streaming=True))
+
+
+def join_answer(tab: ChatTab, pending: dict | None) -> dict:
+    """The finished answer joins the chat in one update: the chat and its states take it, the live box empties, and
+    the plots draw once (a plot redraw costs the browser most). Nothing when no answer finished (an error, a
+    cancelled stream, Clear)."""
+    if not pending:
+        return {}
+    return {tab.chatbot: pending["shown"], tab.live: "", tab.shown: pending["shown"], tab.history: pending["history"],
+            tab.trace: pending["trace"], tab.accept_plot: acceptance_frame(pending["stats"]),
+            tab.speed_plot: speedup_frame(pending["stats"], pending["baseline"]), tab.pending: None}
 
 
 class Frames:
@@ -229,12 +247,15 @@ def make_handlers(ctx: AppContext, tab: ChatTab, controls: Controls) -> dict:
         ctx.cancels.cancel(session_id(request))
         empty_stats = render_stats(None, None, ctx.baseline())
         return ([], "", [], [], {}, error_html(None), empty_stats, acceptance_frame(None), speedup_frame(None, None),
-                gr.update(value=None, visible=False))
+                gr.update(value=None, visible=False), None)
+
+    def join(pending: dict | None):
+        return join_answer(tab, pending)
 
     def export(trace: dict):
         return export_trace_file(trace, prefix="speclens-trace-", nothing="no answer to export yet")
 
-    return dict(send=send, regenerate=regenerate, stop=stop, clear=clear, export=export)
+    return dict(send=send, regenerate=regenerate, stop=stop, clear=clear, export=export, join=join)
 
 
 def export_trace_file(trace: dict, *, prefix: str, nothing: str):
@@ -247,20 +268,23 @@ def export_trace_file(trace: dict, *, prefix: str, nothing: str):
 
 
 def wire(ctx: AppContext, tab: ChatTab, controls: Controls) -> list:
-    """The chat's events; returns the two that answer (send, regenerate), for what should follow an answer."""
+    """The chat's events; returns the two that end an answer (each answer's join into the chat, after send and
+    regenerate), for what should follow an answer."""
     h = make_handlers(ctx, tab, controls)
     inputs = {*controls.settings_fields().values(), tab.msg, tab.prediction, tab.history, tab.shown}
-    outputs = [tab.chatbot, tab.live, tab.shown, tab.history, tab.trace, tab.stats, tab.accept_plot, tab.speed_plot,
-               tab.msg, tab.error_box]
+    outputs = [tab.live, tab.stats, tab.msg, tab.error_box, tab.pending]  # what a frame may touch: nothing more
+    joined = [tab.chatbot, tab.live, tab.shown, tab.history, tab.trace, tab.accept_plot, tab.speed_plot, tab.pending]
     # no progress overlay: the live box and the panel's status show the answer's progress, and an overlay's timer
     # would repaint the whole chat several times a second on the cores the model runs on
     send = gr.on([tab.msg.submit, tab.send.click], h["send"], inputs, outputs, api_name="send",
                  show_progress="hidden", **ENGINE)
     regen = tab.regen.click(h["regenerate"], inputs, outputs, api_name="regenerate", show_progress="hidden",
                             **ENGINE)
+    answered = [answer.then(h["join"], [tab.pending], joined, api_visibility="private", show_progress="hidden")
+                for answer in (send, regen)]  # not on the engine's queue: joining runs no model
     tab.stop.click(h["stop"], None, [tab.error_box], queue=False, api_visibility="private")
     tab.clear.click(h["clear"], None, [tab.chatbot, tab.live, tab.shown, tab.history, tab.trace, tab.error_box,
-                                       tab.stats, tab.accept_plot, tab.speed_plot, tab.trace_file],
+                                       tab.stats, tab.accept_plot, tab.speed_plot, tab.trace_file, tab.pending],
                     cancels=[send, regen], queue=False, api_name="clear")
     tab.export.click(h["export"], [tab.trace], [tab.trace_file], api_name="export_trace")
-    return [send, regen]
+    return answered

@@ -1,7 +1,7 @@
 """Serving bench: what a user gets where a user gets it, interleaved per prompt in one run.
 
 python -m bench.speed.serving --prompts bench/prompts/eval.jsonl [--max-new-tokens 96]
-                              [--modes browser,v1,engine,llama-server] [--target NAME] [--draft NAME]
+                              [--modes browser,v1,engine,llama-server,floor] [--target NAME] [--draft NAME]
                               [--app-dir DIR] [--cache-dir DIR] [--llama-server PATH] [--threads N] [--json OUT]
 
 One conversation: every prompt of the file is sent after the ones before it, with their answers as its history,
@@ -10,7 +10,10 @@ to four paths, in an order rotated per prompt:
   as the app, as a local user has it; its clock runs in the page, from the click to the last token drawn;
 - ``v1``: the app's ``/v1/chat/completions``, streamed;
 - ``engine``: the same engine in this process (``ChatEngine.generate``, the default spec, no cache);
-- ``llama-server``: llama.cpp's ``/v1/completions`` on the same GGUF with the same prompt tokens, streamed.
+- ``llama-server``: llama.cpp's ``/v1/completions`` on the same GGUF with the same prompt tokens, streamed;
+- ``floor`` (with ``browser``): a plain Gradio chat page with no model (bench/speed/serving_floor.py) in the same
+  Chromium, streaming as many coloured spans as the browser's answer had at its decode rate, after the others: what a
+  chat page must cost Chromium, the bar for the app's page.
 
 The app is ``launch.py --no-semantic-cache`` (from ``--app-dir``, this checkout by default) on a free port, with the
 pair of ``--target`` and ``--draft`` (the default pair), as is the engine in this process; llama-server runs the
@@ -37,20 +40,29 @@ from bench.speed.serving_paths import CHROMIUM, Paths
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 
 ROOT = Path(__file__).resolve().parents[2]
-MODES = ("browser", "v1", "engine", "llama-server")
+MODES = ("browser", "v1", "engine", "llama-server", "floor")
+
+
 def run_bench(paths: Paths, prompts: list[dict], modes: list[str]) -> list[dict]:
     """Every prompt through every mode (the order rotated per prompt), one conversation."""
     runs, history = [], []
+    rotated = [m for m in modes if m != "floor"]
     with tqdm(total=len(prompts) * len(modes), desc="serving", unit="run") as bar:
         for i, item in enumerate(prompts):
             messages = [*history, {"role": "user", "content": item["prompt"]}]
-            texts = {}
-            for mode in modes[i % len(modes):] + modes[:i % len(modes)]:
+            texts, done = {}, {}
+            for mode in rotated[i % len(rotated):] + rotated[:i % len(rotated)]:
                 bar.set_postfix_str(f"{item['id']} / {mode}")
                 paths.prime(mode, history)
                 run = paths.run(mode, messages)
                 texts[mode] = run.pop("text", None)
-                runs.append({"id": item["id"], "kind": item.get("kind", ""), "turn": i, "mode": mode, **run})
+                done[mode] = run = {"id": item["id"], "kind": item.get("kind", ""), "turn": i, "mode": mode, **run}
+                runs.append(run)
+                bar.update()
+            if "floor" in modes:  # the browser's answer again, as spans of a plain page at the same rate
+                seen = done["browser"]
+                runs.append({"id": item["id"], "kind": item.get("kind", ""), "turn": i, "mode": "floor",
+                             **paths.floor_run(seen["tokens"], seen["decode_tokens_per_s"] or 15.0)})
                 bar.update()
             # the history goes on with the app's own answer: the one the browser's chat holds (the same engine,
             # greedy), so the chat's next message finds its history where the primer put it
@@ -87,6 +99,12 @@ def summarize(runs: list[dict], modes: list[str]) -> dict:
     ratio("engine / llama-server", "engine", "llama-server")
     ratio("v1 TTFT / llama-server TTFT", "v1", "llama-server", "ttft_median_s")
     browser = by_mode.get("browser") or []
+    floor = by_mode.get("floor") or []
+    for name, index in (("first", 0), ("last", -1)):
+        if browser and floor and floor[index]["browser_cpu_s"] > 0:
+            ratios[f"Chromium CPU/token browser / floor, {name} answer"] = (
+                browser[index]["browser_cpu_s"] / browser[index]["tokens"]) / (
+                floor[index]["browser_cpu_s"] / floor[index]["tokens"])
     if len(browser) >= 2 and browser[0].get("decode_tokens_per_s") and browser[-1].get("decode_tokens_per_s"):
         ratios["browser last / first (decode)"] = browser[-1]["decode_tokens_per_s"] / browser[0]["decode_tokens_per_s"]
     panel = [r["panel_tokens_per_s"] / (r["tokens"] / r["seconds"]) for r in browser if r["seconds"] > 0]
@@ -104,7 +122,7 @@ def format_summary(summary: dict) -> str:
         ttft = "–" if row["ttft_median_s"] is None else f"{row['ttft_median_s']:.2f} s"
         lines.append(f"| {mode} | {row['tokens_per_s']:.2f} | {decode} | {ttft} | {ms(row['app_cpu_s_per_token'])} "
                      f"| {ms(row['browser_cpu_s_per_token'])} |")
-    lines += ["", *(f"- {name}: {value:.2f}×" if "TTFT" not in name and "panel" not in name else
+    lines += ["", *(f"- {name}: {value:.2f}×" if "TTFT" not in name and "panel" not in name and "CPU" not in name else
                     f"- {name}: {value:.2f}" for name, value in summary["ratios"].items())]
     return "\n".join(lines)
 
@@ -135,6 +153,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.max_new_tokens < 1:
             raise ValueError("--max-new-tokens must be at least 1")
         prompts = read_jsonl(args.prompts, ("id", "prompt"))
+        if "floor" in modes and "browser" not in modes:
+            raise ValueError("mode floor streams the browser's answers again: give browser too")
         if "browser" in modes and not os.path.exists(CHROMIUM):
             raise ValueError(f"mode browser needs Debian's Chromium at {CHROMIUM} (apt-get install chromium)")
     with ExitStack() as stack:

@@ -6,7 +6,7 @@ import pytest
 from app.baseline import BaselineStore
 from app.context import AppContext
 from app.settings import UISettings
-from app.tabs.chat import ChatTab, make_handlers, stream_answer
+from app.tabs.chat import ChatTab, join_answer, make_handlers, stream_answer
 from app.tabs.controls import CacheControls, Controls, DecodingControls
 from engine.config import CacheConfig
 from engine.events import CacheEvent
@@ -21,12 +21,12 @@ def test_stream_answer_renders_tokens_stats_and_history(tmp_path):
               stats(), done()]
     ctx = AppContext(FakeEngine(events), BaselineStore(tmp_path / "b.json"))
     updates = list(stream_answer(ctx, TAB, history=[], shown=[], prompt="hi", settings=UISettings(), session="s1"))
-    last = updates[-1]
+    last = join_answer(TAB, updates[-1]["pending"])
     shown = last["chatbot"][-1]["content"]
     assert "tok-accepted" in shown and "tok-corrected" in shown
     assert_inert(shown)
     assert last["history"][-1] == {"role": "assistant", "content": "ab"}
-    assert "done (eos)" in last["stats"]
+    assert "done (eos)" in updates[-1]["stats"] and last["live"] == "" and last["pending"] is None
     assert ctx.engine.calls[0]["cache"] == CacheConfig("verify", UISettings().cache_threshold)
 
 
@@ -36,7 +36,7 @@ def test_stream_answer_shows_engine_errors_and_changes_nothing(tmp_path):
         updates = list(stream_answer(ctx, TAB, history=[], shown=[], prompt="   ", settings=UISettings(),
                                      session="s1"))
     assert len(updates) == 1 and "the message is empty" in updates[0]["error_box"]
-    assert "chatbot" not in updates[0] and "history" not in updates[0]
+    assert "pending" not in updates[0] and join_answer(TAB, None) == {}  # nothing joins the chat
 
 
 def test_stop_decides_from_the_running_generation_not_the_html(tmp_path):
@@ -93,6 +93,25 @@ def test_a_fast_answer_is_drawn_in_few_frames_and_the_last_shows_every_token(tmp
     ctx = AppContext(FakeEngine([*events, done()]), BaselineStore(tmp_path / "b.json"))
     updates = list(stream_answer(ctx, TAB, history=[], shown=[], prompt="hi", settings=UISettings(), session="s1"))
     drawn = [u for u in updates if "live" in u]  # the streaming answer's box: the start, a frame, the end
-    assert len(drawn) <= 3 and updates[-1]["live"] == ""  # the answer has joined the chat
-    assert sum("history" in u for u in updates) == 1 and "history" in updates[-1]
-    assert "w199" in updates[-1]["chatbot"][-1]["content"]
+    assert len(drawn) <= 3 and "w199" in updates[-1]["live"]  # the last frame holds the whole answer
+    assert sum("pending" in u for u in updates) == 1 and "pending" in updates[-1]
+    joined = join_answer(TAB, updates[-1]["pending"])
+    assert "w199" in joined["chatbot"][-1]["content"] and joined["live"] == ""  # then it joins the chat
+
+
+def test_a_frame_never_carries_the_chat_and_its_size_does_not_grow_with_the_conversation(tmp_path):
+    """The streaming event touches the live box and the panel only: the chat, its states and the plots are written
+    once, by the join after the answer; a frame's payload is the same for the first answer and the fiftieth."""
+    events = [CacheEvent("miss"), tok("a"), stats(), tok("b"), stats(), done()]
+    sizes = []
+    for earlier in (0, 50):
+        shown = [{"role": r, "content": f"<div>message {i} " + "x" * 500 + "</div>"}
+                 for i in range(earlier) for r in ("user", "assistant")]
+        history = [{"role": m["role"], "content": "x" * 500} for m in shown]
+        ctx = AppContext(FakeEngine(events), BaselineStore(tmp_path / "b.json"))
+        updates = list(stream_answer(ctx, TAB, history=history, shown=shown, prompt="hi", settings=UISettings(),
+                                     session="s1"))
+        assert all(set(u) <= {"live", "stats", "msg", "error_box", "pending"} for u in updates)
+        sizes.append([len(u.get("live", "")) + len(u.get("stats", "")) for u in updates])
+        assert len(join_answer(TAB, updates[-1]["pending"])["chatbot"]) == 2 * earlier + 2
+    assert sizes[0] == sizes[1]

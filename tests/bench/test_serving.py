@@ -41,6 +41,26 @@ def test_the_summary_divides_what_each_path_gave():
     assert "| browser | 5.00 |" in serving.format_summary(summary)
 
 
+def test_the_summary_compares_the_pages_chromium_cpu_with_the_floors_on_the_first_and_last_answer():
+    runs = [{"mode": "browser", "turn": 0, "tokens": 10, "seconds": 1.0, "browser_cpu_s": 0.3, "app_cpu_s": 1.0,
+             "panel_tokens_per_s": 10.0},
+            {"mode": "floor", "turn": 0, "tokens": 10, "seconds": 1.0, "browser_cpu_s": 0.2},
+            {"mode": "browser", "turn": 1, "tokens": 20, "seconds": 2.0, "browser_cpu_s": 1.2, "app_cpu_s": 1.0,
+             "panel_tokens_per_s": 10.0},
+            {"mode": "floor", "turn": 1, "tokens": 20, "seconds": 2.0, "browser_cpu_s": 0.3}]
+    ratios = serving.summarize(runs, ["browser", "floor"])["ratios"]
+    assert ratios["Chromium CPU/token browser / floor, first answer"] == pytest.approx(1.5)
+    assert ratios["Chromium CPU/token browser / floor, last answer"] == pytest.approx(4.0)
+
+
+def test_floor_needs_the_browser(tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "hi"}\n')
+    with pytest.raises(SystemExit):
+        serving.main(["--prompts", str(prompts), "--modes", "v1,floor"])
+    assert "give browser too" in capsys.readouterr().err
+
+
 @pytest.mark.real
 @pytest.mark.browser
 @needs_chromium
@@ -59,8 +79,13 @@ def test_the_serving_bench_runs_every_path_on_one_conversation(tmp_path, llama_s
     result = json.loads(out.read_text())
     runs = result["runs"]
     assert sorted({r["mode"] for r in runs}) == sorted(serving.MODES)
-    assert [r["turn"] for r in runs] == [0] * 4 + [1] * 4  # one conversation, every path at every turn
-    assert [r["mode"] for r in runs[:4]] != [r["mode"] for r in runs[4:]]  # the order rotates
+    assert [r["turn"] for r in runs] == [0] * 5 + [1] * 5  # one conversation, every path at every turn
+    assert [r["mode"] for r in runs[:4]] != [r["mode"] for r in runs[5:9]]  # the order rotates
+    assert runs[4]["mode"] == runs[9]["mode"] == "floor"  # the browser's answer again, on the plain page
+    browser_tokens = [r["tokens"] for r in runs if r["mode"] == "browser"]
+    assert [r["tokens"] for r in runs if r["mode"] == "floor"] == browser_tokens
+    assert all(r["browser_cpu_s"] > 0 for r in runs if r["mode"] == "floor")
+    assert "Chromium CPU/token browser / floor, last answer" in result["summary"]["ratios"]
     assert all(r["tokens"] > 0 and r["seconds"] > 0 and r["ttft_s"] is not None for r in runs)
     browser = [r for r in runs if r["mode"] == "browser"]
     assert all(r["panel_tokens_per_s"] > 0 and r["browser_cpu_s"] > 0 for r in browser)

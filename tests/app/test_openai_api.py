@@ -410,7 +410,7 @@ def live_server(tmp_path_factory):
     cache_dir = tmp_path_factory.mktemp("speclens-api")
     key_file = tmp_path_factory.mktemp("secrets") / "api-key"
     key_file.write_text(KEY + "\n")
-    with launched(cache_dir, *SMOL_PAIR, "--api-key-file", str(key_file)) as url:
+    with launched(cache_dir, *SMOL_PAIR, "--api-key-file", str(key_file), figures=False) as url:
         yield url
 
 

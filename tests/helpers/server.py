@@ -48,9 +48,26 @@ def wait_for_server(url: str, proc: subprocess.Popen, log: Path) -> None:
     pytest.fail(f"launch.py did not serve {url} within {STARTUP_S} s:\n{log.read_text()[-3000:]}")
 
 
+def wait_for_figures(url: str, proc: subprocess.Popen, log: Path) -> None:
+    """Until the pair's figures are in (measured beside serving): the tests that follow see the adaptive k draft on
+    measured prices, as a user does after the first minute (tests/bench/test_launch_time.py checks the minute)."""
+    import json
+
+    deadline = time.monotonic() + STARTUP_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"launch.py exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        with urllib.request.urlopen(url + "v1/models", timeout=10) as r:
+            if not (json.loads(r.read())["data"][0].get("x_identity") or {}).get("measuring"):
+                return
+        time.sleep(1)
+    pytest.fail(f"launch.py's figures were not in within {STARTUP_S} s:\n{log.read_text()[-3000:]}")
+
+
 @contextmanager
-def launched(cache_dir: Path, *args: str):
-    """``launch.py --no-browser`` with ``args`` on a free port; yields its URL (ending in "/")."""
+def launched(cache_dir: Path, *args: str, figures: bool = True):
+    """``launch.py --no-browser`` with ``args`` on a free port; yields its URL (ending in "/") once it serves and,
+    with ``figures``, once the pair's figures are in."""
     link_models(cache_dir)
     port, log = free_port(), cache_dir / "launch.log"
     with open(log, "w") as out:
@@ -59,6 +76,8 @@ def launched(cache_dir: Path, *args: str):
     url = f"http://127.0.0.1:{port}/"
     try:
         wait_for_server(url, proc, log)
+        if figures:
+            wait_for_figures(url, proc, log)
         yield url
     finally:
         proc.terminate()

@@ -56,9 +56,13 @@ class BaselineStore:
             return self._memory.get(key) or self._read().get(key)
 
     def put(self, key: str, record: dict) -> None:
+        """Keep ``record``: in the file when it was measured on a quiet machine, in memory only when it is flagged
+        (a busy machine's figure is used for this run, never kept as the truth)."""
         with self._lock:
             self._memory[key] = record
-            data = {**self._read(), **self._memory}
+            if record.get("flagged"):
+                return
+            data = {**self._read(), **{k: r for k, r in self._memory.items() if not r.get("flagged")}}
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = self.path.with_suffix(".tmp")
@@ -117,4 +121,5 @@ def grid_estimate(store: BaselineStore, grid: ExperimentGrid, loaded: PairInfo |
     seconds, when = estimated_seconds(grid, speed["tokens_per_s"]), speed.get("measured_at")
     return seconds, (f"about {duration(seconds)}: {work} at {speed['tokens_per_s']:.1f} tok/s, the target-only "
                      f"speed of {grid.target} ({speed['precision']}) measured on this machine"
-                     f"{f' on {when}' if when else ''}; loading models comes on top")
+                     f"{f' on {when}' if when else ''}"
+                     f"{' while it was busy (flagged)' if speed.get('flagged') else ''}; loading models comes on top")

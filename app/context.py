@@ -65,10 +65,10 @@ class AppContext:
 
     def baseline(self) -> dict | None:
         """The loaded pair's target-only speed, measured by the engine on this machine (app/baseline.py), or None
-        while it is measured; a quiet one is remembered for the experiment grid's estimates."""
+        while it is measured; remembered for the experiment grid's estimates (a flagged one in memory only)."""
         pair = self.pair()
         record = None if pair is None else speed_record(pair)
-        if record is not None and not record["flagged"]:
+        if record is not None:
             key = baseline_key(pair)
             if self.baselines.get(key) != record:
                 self.baselines.put(key, record)

@@ -275,11 +275,11 @@ def wire(ctx: AppContext, tab: ChatTab, controls: Controls) -> list:
     outputs = [tab.live, tab.stats, tab.msg, tab.error_box, tab.pending]  # what a frame may touch: nothing more
     joined = [tab.chatbot, tab.live, tab.shown, tab.history, tab.trace, tab.accept_plot, tab.speed_plot, tab.pending]
     # no progress overlay: the live box and the panel's status show the answer's progress, and an overlay's timer
-    # would repaint the whole chat several times a second on the cores the model runs on
-    send = gr.on([tab.msg.submit, tab.send.click], h["send"], inputs, outputs, api_name="send",
-                 show_progress="hidden", **ENGINE)
-    regen = tab.regen.click(h["regenerate"], inputs, outputs, api_name="regenerate", show_progress="hidden",
-                            **ENGINE)
+    # would repaint the whole chat several times a second on the cores the model runs on; the live box alone shows
+    # the minimal status (a queued answer's place in the queue)
+    progress = dict(show_progress="minimal", show_progress_on=[tab.live])
+    send = gr.on([tab.msg.submit, tab.send.click], h["send"], inputs, outputs, api_name="send", **progress, **ENGINE)
+    regen = tab.regen.click(h["regenerate"], inputs, outputs, api_name="regenerate", **progress, **ENGINE)
     answered = [answer.then(h["join"], [tab.pending], joined, api_visibility="private", show_progress="hidden")
                 for answer in (send, regen)]  # not on the engine's queue: joining runs no model
     tab.stop.click(h["stop"], None, [tab.error_box], queue=False, api_visibility="private")

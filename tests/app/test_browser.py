@@ -351,7 +351,7 @@ def test_two_tabs_queue_without_mixing(server, browser):
         set_number(tab, "max-new-tokens", 80)
     for tab, prompt in zip(tabs, prompts):
         send(tab, prompt)
-    expect(tabs[1].locator("#chat")).to_contain_text("queue", timeout=10_000)
+    expect(tabs[1].locator("#chat-live")).to_contain_text("queue", timeout=10_000)  # its place in the queue
     for tab, prompt in zip(tabs, prompts):
         wait_answer(tab, 0)
         assert tab.locator("#chat .usertext").all_inner_texts() == [prompt]

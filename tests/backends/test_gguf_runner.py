@@ -120,6 +120,7 @@ def test_a_follow_up_turn_prefills_only_what_is_new(real_models, monkeypatch):
     """One runner per model, reused through the pool: turn 2 of a chat feeds the target the new turn only (turn 1
     fed the whole prompt), as llama-server's cache_prompt does."""
     engine = real_models.engine(SMOL, "gguf", SMOL, "gguf")
+    engine.target.backend.forget_prompts()  # the pooled model's contexts held earlier chats (the same system prompt)
     fed: list[int] = []
     forward = LlamaCppRunner.forward
 

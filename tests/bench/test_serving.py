@@ -86,7 +86,8 @@ def test_the_serving_bench_runs_every_path_on_one_conversation(tmp_path, llama_s
     assert [r["tokens"] for r in runs if r["mode"] == "floor"] == browser_tokens
     assert all(r["browser_cpu_s"] > 0 for r in runs if r["mode"] == "floor")
     assert "Chromium CPU/token browser / floor, last answer" in result["summary"]["ratios"]
-    assert all(r["tokens"] > 0 and r["seconds"] > 0 and r["ttft_s"] is not None for r in runs)
+    assert all(r["tokens"] > 0 and r["seconds"] > 0 for r in runs)
+    assert all(r["ttft_s"] is not None for r in runs if r["mode"] != "floor")  # the floor page has no model
     browser = [r for r in runs if r["mode"] == "browser"]
     assert all(r["panel_tokens_per_s"] > 0 and r["browser_cpu_s"] > 0 for r in browser)
     assert all(r["app_cpu_s"] > 0 for r in runs if r["mode"] in ("browser", "v1"))

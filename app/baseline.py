@@ -81,7 +81,7 @@ def speed_record(pair: PairInfo) -> dict | None:
     if speed is None:
         return None
     return {"tokens_per_s": speed.tokens_per_s, "decode_tokens_per_s": speed.decode_tokens_per_s,
-            "first_token_s": speed.first_token_s, "tokens": speed.tokens, "flagged": "busy" in pair.checks_note,
+            "first_token_s": speed.first_token_s, "tokens": speed.tokens, "flagged": pair.checks_flagged,
             "how": f"{speed.how}; {pair.checks_note}"}
 
 

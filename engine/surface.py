@@ -64,6 +64,7 @@ class PairInfo:
     # the load-time figures are measured beside serving (engine/serve/measuring.py): True until they are in
     measuring: bool = False
     checks_note: str = ""  # when and how they were measured, or why they are flagged (a busy machine)
+    checks_flagged: bool = False  # measured on a busy machine: used for now, never kept (checks_note says why)
     target_speed: TargetSpeed | None = None  # the target-only speed measured with them
 
 

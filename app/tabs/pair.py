@@ -72,7 +72,7 @@ def pair_status_html(pair: PairInfo | None, baseline: dict | None = None, note: 
         if pair.measuring:
             body += ' · <span class="measuring">measuring</span>'
         elif pair.checks_note:
-            flagged = "flagged" if "busy" in pair.checks_note else "measured"
+            flagged = "flagged" if pair.checks_flagged else "measured"
             body += f'<div class="checks-note {flagged}">{esc(pair.checks_note)}</div>' 
         if pair.precision_note:
             body += f'<div class="precision-note">{esc(pair.precision_note)}</div>'

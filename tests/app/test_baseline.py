@@ -25,7 +25,8 @@ def test_no_speed_while_measuring_and_a_busy_one_is_not_remembered(tmp_path):
     assert ctx.baseline() is None
     engine.measuring = False
     engine.info = lambda: FakeEngine.info(engine).__class__(**{**FakeEngine.info(engine).__dict__,
-                                                             "checks_note": "measured on a busy machine (x)"})
+                                                             "checks_note": "measured on a busy machine (x)",
+                                                             "checks_flagged": True})
     assert ctx.baseline()["flagged"] and not (tmp_path / "b.json").exists()  # not kept as the truth
     assert ctx.baselines.get(baseline_key(engine.info()))["flagged"]  # but the grid estimate may use it, flagged
 

@@ -123,7 +123,7 @@ def test_a_busy_measurement_is_flagged_used_and_not_kept(tmp_path, monkeypatch):
     engine.slot.measurer.idle_s = 0.0
     engine.slot.install(*tiny_pair(4))
     info = engine.wait_measured(timeout=60)
-    assert info.costs is not None and "busy" in info.checks_note and "75%" in info.checks_note
+    assert info.costs is not None and info.checks_flagged and "busy" in info.checks_note and "75%" in info.checks_note
     assert info.verify_mode in ("", "identical")  # a busy figure never prices the choice toward fastest
     assert not (tmp_path / "measured.json").exists()  # nothing kept
     engine.slot.measurer.stop()

@@ -61,6 +61,9 @@ class PairInfo:
     # what each costs (engine/serve/verify_mode.py); "" where there is no such choice
     verify_mode: str = ""
     verify_note: str = ""
+    # the widest forward whose rows the check found equal to rows fed alone, where wider ones differ (None: no such
+    # width); ``identical`` keeps verifies to it and computes prompts as a fresh prefill does (Runner.resume)
+    identity_width_cap: int | None = None
     # the load-time figures are measured beside serving (engine/serve/measuring.py): True until they are in
     measuring: bool = False
     checks_note: str = ""  # when and how they were measured, or why they are flagged (a busy machine)

@@ -9,7 +9,10 @@ the one that drops them (``reset`` drops all). Positions follow from the cache l
 
 A runner may hold tokens when it is handed out (a pooled context keeps what its last user left): a decoder calls
 ``resume`` once per request, which keeps what is still valid for its context; a caller that needs an empty cache
-calls ``reset``. Logits are a float32 torch tensor ``(n, vocab)`` on the device ``logits_device`` names; torch is
+calls ``reset``. Each held token's row remembers how wide the forward that computed it was (``row_widths``): on
+kernels whose rows differ between narrow and wide forwards (llama.cpp's tiled K-quant matmul from 8 rows, measured
+by the load-time identity check), a decode that must be the target's own keeps only rows a fresh prefill of its
+prompt would have computed the same way (``resume``'s ``narrow``). Logits are a float32 torch tensor ``(n, vocab)`` on the device ``logits_device`` names; torch is
 imported here only for the type.
 """
 from __future__ import annotations
@@ -32,6 +35,7 @@ class Runner(Protocol):
     logits (the tokenizer's vocabulary); ``logits_device``: where ``forward``'s logits live, as torch names a device
     (``"cpu"``, ``"cuda:0"``): the decoders make their sampling generator there."""
     tokens: list[int]
+    row_widths: list[int]  # for each held token, how many tokens the forward that computed its row took
     vocab_size: int
     logits_device: str
 
@@ -52,12 +56,14 @@ class Runner(Protocol):
         ``tokens``)."""
         ...
 
-    def reusable_prefix(self, context_ids: list[int]) -> int:
-        """How many consumed tokens are still valid for ``context_ids``; changes nothing."""
+    def reusable_prefix(self, context_ids: list[int], narrow: int | None = None) -> int:
+        """How many consumed tokens are still valid for ``context_ids``; changes nothing (``narrow``: see resume)."""
         ...
 
-    def resume(self, context_ids: list[int]) -> int:
-        """Keep what is still valid for ``context_ids``, drop the rest; how many tokens the runner holds."""
+    def resume(self, context_ids: list[int], narrow: int | None = None) -> int:
+        """Keep what is still valid for ``context_ids``, drop the rest; how many tokens the runner holds. With
+        ``narrow`` (the widest forward whose rows equal rows fed alone), only what leaves every row as a fresh
+        prefill of ``context_ids`` computes it."""
         ...
 
     def trim_head(self, token_ids: list[int] | None) -> None:
@@ -96,21 +102,40 @@ class Backend(Protocol):
         ...
 
 
-class PrefixReuse:
-    """The one reuse rule of every runner: ``reusable_prefix`` and ``resume`` from ``tokens`` and ``rollback``."""
+def canonical_prefix(row_widths: list[int], keep: int, context_len: int, narrow: int) -> int:
+    """How much of ``keep`` held rows a decode may reuse so that every row of its ``context_len``-token prompt is
+    computed as one forward of the whole prompt computes it (the target-only reference from an empty cache).
 
-    def reusable_prefix(self, context_ids: list[int]) -> int:
+    Where rows fed in forwards of up to ``narrow`` tokens equal rows fed alone and wider forwards round otherwise
+    (llama.cpp's tiled K-quant matmul from 8 rows), a row is of one of two kinds, and a wide row is the same in any
+    wide forward (measured: tests/backends/test_canonical_prefill.py). A fresh prefill makes every prompt row wide
+    when the prompt is wider than ``narrow``, else narrow; so only a held prefix of that kind is kept, and where the
+    rows are wide, at least ``narrow + 1`` tokens are left to feed so that they are wide too."""
+    wide = context_len > narrow
+    keep = next((i for i, width in enumerate(row_widths[:keep]) if (width > narrow) != wide), keep)
+    return max(0, min(keep, context_len - narrow - 1)) if wide else keep
+
+
+class PrefixReuse:
+    """The one reuse rule of every runner: ``reusable_prefix`` and ``resume`` from ``tokens``, ``row_widths`` and
+    ``rollback``."""
+
+    def reusable_prefix(self, context_ids: list[int], narrow: int | None = None) -> int:
         """How many consumed tokens are still valid for ``context_ids``. Changes nothing. O(context): once per
         request (a reused runner), not per step.
 
         Never the whole context: the last context token must be fed again, its logits predict what comes next.
+        With ``narrow``, only rows a fresh prefill would compute the same (:func:`canonical_prefix`).
         """
-        return common_prefix(self.tokens, context_ids[:-1])
+        keep = common_prefix(self.tokens, context_ids[:-1])
+        return keep if narrow is None else canonical_prefix(self.row_widths, keep, len(context_ids), narrow)
 
-    def resume(self, context_ids: list[int]) -> int:
+    def resume(self, context_ids: list[int], narrow: int | None = None) -> int:
         """The one reuse rule of every decoder and draft: keep what this runner still holds of ``context_ids``
         (a runner from an earlier generation may hold a shorter, longer or different context), drop the rest,
-        and return how many tokens it holds: the decode feeds ``context_ids`` from there. Once per request."""
-        pos = self.reusable_prefix(context_ids)
+        and return how many tokens it holds: the decode feeds ``context_ids`` from there. Once per request.
+        ``narrow``: the widest forward whose rows equal rows fed alone, where a decode must be the target's own
+        (:func:`canonical_prefix`); None keeps every valid row."""
+        pos = self.reusable_prefix(context_ids, narrow)
         self.rollback(pos)
         return pos

@@ -102,7 +102,7 @@ class GgufModel:
         self.n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self.model))
         self.n_ctx = min(settings.n_ctx, lib.llama_model_n_ctx_train(self.model))
         self.threads = settings.threads or physical_cores()
-        self._idle: list[tuple] = []  # (ctx, batch, tokens) of contexts no runner holds
+        self._idle: list[tuple] = []  # (ctx, batch, tokens, row widths) of contexts no runner holds
         self._lock = threading.Lock()
         self._closer = weakref.finalize(self, _free_model, lib, self.model, self._idle)
         self._closer.atexit = False  # at exit the process frees everything; llama.cpp may be gone first
@@ -124,9 +124,9 @@ class GgufModel:
 
         with self._lock:
             idle = self._idle.pop() if self._idle else None
-        ctx, batch, tokens = idle or (*self._new_context(), [])
-        runner = LlamaCppRunner(self, ctx, batch, vocab_size, tokens)
-        weakref.finalize(runner, self._release, ctx, batch, runner.tokens)
+        ctx, batch, tokens, widths = idle or (*self._new_context(), [], [])
+        runner = LlamaCppRunner(self, ctx, batch, vocab_size, tokens, widths)
+        weakref.finalize(runner, self._release, ctx, batch, runner.tokens, runner.row_widths)
         return runner
 
     @contextmanager
@@ -155,16 +155,17 @@ class GgufModel:
         """Empty every idle context, so the next runner starts as a new request does (the bench's fresh state);
         contexts held by runners are left alone."""
         with self._lock:
-            for ctx, _, tokens in self._idle:
+            for ctx, _, tokens, widths in self._idle:
                 self.lib.llama_memory_clear(self.lib.llama_get_memory(ctx), True)
                 tokens.clear()
+                widths.clear()
 
-    def _release(self, ctx, batch, tokens: list[int]) -> None:
+    def _release(self, ctx, batch, tokens: list[int], widths: list[int]) -> None:
         with self._lock:
-            self._idle.append((ctx, batch, tokens))
+            self._idle.append((ctx, batch, tokens, widths))
             freed = self._idle[:-self.settings.max_idle] if len(self._idle) > self.settings.max_idle else []
             del self._idle[:len(freed)]
-        for old_ctx, old_batch, _ in freed:  # held by no runner: no forward can be running on it
+        for old_ctx, old_batch, *_ in freed:  # held by no runner: no forward can be running on it
             self.lib.llama_batch_free(old_batch)
             self.lib.llama_free(old_ctx)
 
@@ -202,7 +203,7 @@ class GgufModel:
 
 
 def _free_model(lib, model, idle: list[tuple]) -> None:
-    for ctx, batch, _ in idle:
+    for ctx, batch, *_ in idle:
         lib.llama_batch_free(batch)
         lib.llama_free(ctx)
     idle.clear()

@@ -22,12 +22,14 @@ class LlamaCppRunner(PrefixReuse):
     host memory (``logits_device`` ``"cpu"``), finished when ``forward`` returns."""
     logits_device = "cpu"
 
-    def __init__(self, model, ctx, batch, vocab_size: int, tokens: list[int] | None = None):
+    def __init__(self, model, ctx, batch, vocab_size: int, tokens: list[int] | None = None,
+                 row_widths: list[int] | None = None):
         self.model, self.lib, self.ctx, self.batch = model, model.lib, ctx, batch
         self.n_ctx, self.n_vocab = model.n_ctx, model.n_vocab  # positions a context holds, the model's output rows
         self.vocab_size = vocab_size  # the tokenizer's vocabulary: the logits' columns
         self.memory = self.lib.llama_get_memory(ctx)
         self.tokens: list[int] = tokens if tokens is not None else []  # what this context's KV cache holds
+        self.row_widths: list[int] = row_widths if row_widths is not None else [0] * len(self.tokens)
 
     def trim_head(self, token_ids: list[int] | None) -> None:
         """Not supported by llama.cpp's graph: the full head is computed (as for a head that cannot be cut)."""
@@ -37,7 +39,8 @@ class LlamaCppRunner(PrefixReuse):
 
     def reset(self) -> None:
         self.lib.llama_memory_clear(self.memory, True)
-        self.tokens.clear()  # in place: the context's pool keeps this list (engine/backends/llama_cpp.py)
+        self.tokens.clear()  # in place: the context's pool keeps these lists (engine/backends/llama_cpp.py)
+        self.row_widths.clear()
 
     def cache_len(self) -> int:
         """The positions llama.cpp's KV cache holds (its own count, not ours: the invariant tests compare)."""
@@ -49,6 +52,7 @@ class LlamaCppRunner(PrefixReuse):
             if not self.lib.llama_memory_seq_rm(self.memory, 0, n_tokens, -1):
                 raise RuntimeError(f"llama.cpp could not roll its KV cache back to {n_tokens} tokens")
             del self.tokens[n_tokens:]
+            del self.row_widths[n_tokens:]
 
     def forward(self, new_ids: list[int], n_logits: int = 0) -> torch.Tensor:
         """Feed ``new_ids``; float32 logits of the last ``n_logits`` positions (0 = all): (n, vocab)."""
@@ -69,6 +73,7 @@ class LlamaCppRunner(PrefixReuse):
             raise RuntimeError(f"llama_decode failed ({status}) feeding {n} tokens at position {pos}"
                                + (": the context is full" if status == 1 else ""))
         self.tokens.extend(new_ids)
+        self.row_widths.extend([n] * n)
         rows = ctypes.cast(self.lib.llama_get_logits(self.ctx), ctypes.POINTER(ctypes.c_float))
         out = np.ctypeslib.as_array(rows, shape=(n_logits, self.n_vocab))  # llama.cpp's buffer: the outputs in order
         return torch.from_numpy(out[:, : self.vocab_size].copy())

@@ -79,6 +79,7 @@ class ModelRunner(PrefixReuse):
         self.device = next(model.parameters()).device
         self.logits_device = str(self.device)
         self.tokens: list[int] = []
+        self.row_widths: list[int] = []
         self.cache = DynamicCache(config=model.config)
         self.head_ids: torch.Tensor | None = None  # with a trimmed head, only these tokens get logits
         self._head = None  # the trimmed head: hidden (n, hidden) -> logits of head_ids (n, kept)
@@ -102,6 +103,7 @@ class ModelRunner(PrefixReuse):
 
     def reset(self) -> None:
         self.tokens = []
+        self.row_widths = []
         self.cache = DynamicCache(config=self.model.config)
 
     def cache_len(self) -> int:
@@ -112,6 +114,7 @@ class ModelRunner(PrefixReuse):
         if n_tokens < len(self.tokens):
             self.cache.crop(n_tokens - len(self.tokens))  # transformers 5: a negative count removes tokens
             del self.tokens[n_tokens:]
+            del self.row_widths[n_tokens:]
 
     @torch.inference_mode()
     def forward(self, new_ids: list[int], n_logits: int = 0) -> torch.Tensor:
@@ -122,11 +125,13 @@ class ModelRunner(PrefixReuse):
             return self._forward_trimmed(input_ids, n_logits)
         out = self.model(input_ids=input_ids, cache=self.cache, use_cache=True, logits_to_keep=n_logits)
         self.tokens.extend(new_ids)
+        self.row_widths.extend([len(new_ids)] * len(new_ids))
         return out.logits[0, :, : self.vocab_size].float()
 
     def _forward_trimmed(self, input_ids: torch.Tensor, n_logits: int) -> torch.Tensor:
         hidden = self.model.get_decoder()(input_ids=input_ids, cache=self.cache, use_cache=True).last_hidden_state
         self.tokens.extend(input_ids[0].tolist())
+        self.row_widths.extend([input_ids.shape[1]] * input_ids.shape[1])
         hidden = hidden[0, -n_logits:] if n_logits else hidden[0]  # (n, hidden)
         logits = torch.full((hidden.shape[0], self.vocab_size), float("-inf"), device=hidden.device)
         logits[:, self.head_ids] = self._head(hidden).float()  # (n, kept)

@@ -18,11 +18,14 @@ from engine.decode.stream import StatsTracker, TokenStream
 
 
 def reference_generate(target: Runner, prompt_ids: list[int], stream: TokenStream, sampling: SamplingConfig,
-                       cancel: threading.Event | None = None) -> Iterator[Event]:
+                       cancel: threading.Event | None = None, narrow: int | None = None) -> Iterator[Event]:
+    """Target-only decoding, one token per forward after the prompt's prefill. ``narrow`` (the widest forward whose
+    rows equal rows fed alone, where the identity check found one): the prompt's rows are computed as a fresh
+    prefill computes them, whatever the runner held (``Runner.resume``)."""
     generator = make_generator(sampling.seed, target.logits_device)
     stats = StatsTracker(proposer="target-only")
     context = list(prompt_ids)
-    pos = target.resume(context)
+    pos = target.resume(context, narrow=narrow)
     while not stream.finished(cancel):
         clock = StepClock(target)
         fed = context[pos:]

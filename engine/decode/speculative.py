@@ -26,13 +26,14 @@ def speculative_generate(target: Runner, proposer: Proposer, prompt_ids: list[in
                          cancel: threading.Event | None = None, max_width: int | None = None) -> Iterator[Event]:
     """Yield TokenEvents as they are decided, a StatsEvent after each step, and a final DoneEvent. ``max_width``:
     no forward that carries a draft feeds more tokens (the widest verify measured bit-identical; the prompt's
-    prefill then runs without a draft, as the target-only decoder's does)."""
+    prefill then runs without a draft, as the target-only decoder's does), and the prompt's rows are computed as a
+    fresh prefill computes them (``Runner.resume``'s ``narrow``)."""
     k_policy = k_policy or FixedK(4)
     generator = make_generator(sampling.seed, target.logits_device)
     proposer.reset(prompt_ids, sampling, generator)
     stats = StatsTracker(proposer=proposer.name)
     context = list(prompt_ids)
-    pos = target.resume(context)  # how many context tokens the target's cache holds (gpt-fast's input_pos)
+    pos = target.resume(context, narrow=max_width)  # what the target's cache holds of it (gpt-fast's input_pos)
     while not stream.finished(cancel):
         clock = StepClock(target)
         # 1. propose (k = 0 asks only for free drafts, e.g. a prompt lookup; a model proposer returns none)

@@ -85,6 +85,7 @@ def check_hit(pair: Pair, lock: ModelLock, prompt_ids: list[int], hit: CacheHit,
 
 def reference(pair: Pair, lock: ModelLock, messages: list[dict], sampling: SamplingConfig,
               cancel: threading.Event | None = None) -> Iterator[Event]:
-    """Target-only decoding: the reference every speculative answer must match."""
-    decode = start_reference(pair.target, encode(pair, messages), sampling, cancel=cancel)
+    """Target-only decoding: the reference every speculative answer must match, its prompt computed as a fresh
+    prefill computes it wherever the identity check found a width cap (as in the ``identical`` verify mode)."""
+    decode = start_reference(pair.target, encode(pair, messages), sampling, cancel=cancel, width_cap=pair.verify.cap)
     return lock.stepwise(decode, pair.models, "while generating")

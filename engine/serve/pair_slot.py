@@ -60,8 +60,9 @@ class Pair:
         identity = checks.identity
         return replace(head, costs=checks.costs, bit_identical=identity.identical, identity_note=identity.describe(),
                        identity_drift_steps=identity.max_drift_steps, target_speed=checks.speed,
-                       checks_note=checks.note(), checks_flagged=bool(checks.busy), verify_mode=self.verify.mode if self.verify.cap else "",
-                       verify_note=self.verify.note)
+                       checks_note=checks.note(), checks_flagged=bool(checks.busy),
+                       verify_mode=self.verify.mode if self.verify.cap else "", verify_note=self.verify.note,
+                       identity_width_cap=self.verify.cap)
 
 
 MEASURING_NOTE = ("measuring on this machine while the app is idle: the identity check, the verify costs and the "

@@ -77,7 +77,10 @@ def within_width(spec: SpecConfig, width_cap: int | None) -> SpecConfig:
 
 
 def start_reference(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig, *,
-                    stream: TokenStream | None = None, cancel: threading.Event | None = None) -> Iterator[Event]:
-    """Target-only decoding: the reference every speculative answer must match."""
+                    stream: TokenStream | None = None, cancel: threading.Event | None = None,
+                    width_cap: int | None = None) -> Iterator[Event]:
+    """Target-only decoding: the reference every speculative answer must match. ``width_cap``: the widest forward
+    the identity check found bit-identical (IdentityCheck.width_cap): the prompt's rows are then computed as a fresh
+    prefill computes them, whatever a pooled runner held, as an ``identical`` speculative decode computes them."""
     stream = stream or token_stream(target, prompt_ids, sampling)
-    return reference_generate(runner_for(target), prompt_ids, stream, sampling, cancel)
+    return reference_generate(runner_for(target), prompt_ids, stream, sampling, cancel, narrow=width_cap)

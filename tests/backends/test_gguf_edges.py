@@ -63,7 +63,7 @@ def pooled_contexts_agree(engine: ChatEngine) -> bool:
     backend = engine.target.backend
     lib = backend.lib
     return all(lib.llama_memory_seq_pos_max(lib.llama_get_memory(ctx), 0) + 1 == len(tokens)
-               for ctx, _, tokens in backend._idle)
+               for ctx, _, tokens, _ in backend._idle)
 
 
 def test_a_small_context_loads_and_measures_identity_where_it_fits(smol):

@@ -280,7 +280,7 @@ def test_the_pool_keeps_a_bounded_number_of_idle_contexts_and_frees_the_rest(smo
             gc.collect()
         assert backend.idle_contexts == backend.settings.max_idle == 2
         assert len(freed) >= 2  # the rest were freed
-        kept = [tokens for _, _, tokens in backend._idle]
+        kept = [tokens for _, _, tokens, _ in backend._idle]
         assert kept[-1][0] == 103 and all(len(t) == 3 for t in kept)  # the last released, whole
         again = runner_for(smol)
         assert backend.idle_contexts == 1 and again.tokens[0] == 103  # reused, with its prompt

@@ -201,7 +201,7 @@ def test_the_protocol_check_finds_a_missing_member_and_a_changed_signature():
         logits_device = "cpu"
 
         def __init__(self):
-            self.tokens, self.vocab_size = [], 48
+            self.tokens, self.row_widths, self.vocab_size = [], [], 48
 
         def forward(self, new_ids: list[int]) -> torch.Tensor:  # no n_logits
             raise NotImplementedError

@@ -52,7 +52,7 @@ def test_no_step_rescans_the_context(monkeypatch):
     scans, compared = [], []
     reusable_prefix = ModelRunner.reusable_prefix
     monkeypatch.setattr(ModelRunner, "reusable_prefix",
-                        lambda self, ids: scans.append(len(ids)) or reusable_prefix(self, ids))
+                        lambda self, ids, narrow=None: scans.append(len(ids)) or reusable_prefix(self, ids, narrow))
     monkeypatch.setattr(draft_model, "common_prefix", lambda a, b: compared.append(len(b)) or common_prefix(a, b))
     target, draft = tiny_pair(1)
     done = spec_tokens(target, draft, [7, 8, 9, 10], SamplingConfig(max_new_tokens=60, stop_on_eos=False), 4)

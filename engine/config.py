@@ -26,6 +26,9 @@ PROPOSER_NAMES = ("draft", "fast-draft", "lookup", "hybrid")
 # policy has no draft length to size, and a prediction prices their drafts at no draft cost. The registry asserts
 # that exactly these build without a draft model
 FREE_PROPOSERS = frozenset({"lookup"})
+# The longest free draft (known text: a prompt lookup, a prediction, a cached or remembered answer) proposed and priced:
+# the widest verify whose cost is measured at load (engine/models/load_checks.py STEP_COST_TOKENS).
+FREE_SPAN = 64
 # off: no lookup, no store; verify: a similar cached answer becomes the draft; direct: served as is if guards pass
 CACHE_MODES = ("off", "verify", "direct")
 DEFAULT_CACHE_THRESHOLD = 0.80  # MiniLM: paraphrases sit at 0.81-0.99; unrelated prompts mostly below 0.75

@@ -87,7 +87,7 @@ class CostFit:
 
     Verify timings are kept as decayed (n_fed, seconds) points; the costs measured at load (``prior``) add their
     measured points (or their line at n = 1 and n = ``PRIOR_SPAN``) with weight ``prior_weight``, so the curve
-    stays defined where k does not go. The curve is the weighted mean time per n, made non-decreasing; the line
+    stays defined where k does not go. The curve is the weighted mean time per n, as measured; the line
     is fitted to the same points (for the stats). The draft cost per token is an exponential average started at
     the prior's.
     """
@@ -133,17 +133,14 @@ class CostFit:
 
 
 def _curve(points: list[tuple[int, float, float]]) -> tuple[tuple[int, float], ...]:
-    """The weighted mean seconds per n, non-decreasing in n (a longer forward never costs less)."""
+    """The weighted mean seconds per n, as measured: a wider forward may cost less than a narrower one where a
+    kernel changes (llama.cpp's tiled matmul: t(8) above t(16) on some CPUs), and the pricing uses that."""
     sums: dict[int, list[float]] = {}
     for n, t, w in points:
         total = sums.setdefault(n, [0.0, 0.0])
         total[0] += w * t
         total[1] += w
-    curve, highest = [], 0.0
-    for n in sorted(sums):
-        highest = max(highest, sums[n][0] / sums[n][1])
-        curve.append((n, highest))
-    return tuple(curve)
+    return tuple((n, sums[n][0] / sums[n][1]) for n in sorted(sums))
 
 
 def break_even_alpha(costs: StepCosts, k: int, tolerance: float = 1e-4) -> float | None:

@@ -5,11 +5,12 @@ tokens per second, E(alpha, k) / (k * t_draft + t_verify(k + 1)), for the measur
 alpha. k = 0 is a plain target step: when speculation is measurably losing, the policy falls back to it and
 probes with a short draft every ``probe_every`` steps. Both policies keep the fitted costs for the stats.
 
-Free drafts (one-hot: a prompt lookup, a cached answer) cost nothing to make but each token still widens the
-verify forward, which on compute-bound hardware costs ``verify_per_token_s`` apiece. Both policies price them
-(``FreeDrafts``) with the same model at zero draft cost and their own measured acceptance: a span is cut to the
-length whose expected tokens pay for its width, and where none pays the step is target-only, with a one-token
-probe now and then. Probes back off (8, 16, 32, 64 steps) while they keep finding a loss: no proposer runs at a
+Free drafts (one-hot: a prompt lookup, a prediction, a cached answer) cost nothing to make but each token still
+widens the verify forward, which on compute-bound hardware costs ``verify_per_token_s`` apiece. Both policies price
+them (``FreeDrafts``) on the measured curve (up to FREE_SPAN tokens) at zero draft cost, with the acceptance of
+their evidence class (a source, and whether the answer is following it or it was found again by a match): a span
+is cut to the length whose expected tokens pay for its width, and where none pays the step is target-only, with a
+short probe now and then. Probes back off (8, 16, 32, 64 steps) while they keep finding a loss: no proposer runs at a
 loss for long. A fixed k with a draft model is the one exception, on purpose: an experiment shows what it costs.
 
 A draft model that has not drafted for a while must first be fed every token it missed (its catch-up: the
@@ -23,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from engine.config import FREE_PROPOSERS, SpecConfig
+from engine.config import FREE_PROPOSERS, FREE_SPAN, SpecConfig
 from engine.costs.costmodel import CostFit, StepCosts
 
 
@@ -39,6 +40,7 @@ class StepRecord:
     verify_s: float  # seconds of the target's forward and the accept rule
     free: bool = False  # a one-hot draft: it cost nothing to make
     source: str = ""  # who drafted it (Draft.source): the stats count each source's acceptance apart
+    evidence: str = ""  # a free draft's evidence class (Draft.evidence_class): FreeDrafts prices each apart
 
     @property
     def n_model_drafted(self) -> int:
@@ -75,39 +77,74 @@ class Backoff:
         self.every, self.waited = self.base, 0
 
 
-class FreeDrafts:
-    """Prices one-hot drafts on the measured curve, from their own decayed acceptance (a weak prior of 0.8)."""
-    MOST = 32  # the longest free draft considered
+class _Counts:
+    """Decayed counts of accepted and rejected free-draft tokens, and when to probe again."""
 
-    def __init__(self, probe_every: int = 8, decay: float = 0.8):
-        # a prior of 0.8 worth one token: a prompt with nothing to copy stops paying for lookups after one or two
-        # failed spans (a heavier prior keeps verifying wrong spans for several steps)
-        self.accepted, self.rejected, self.decay = 0.8, 0.2, decay
+    def __init__(self, probe_every: int):
+        self.accepted = self.rejected = 0.0
         self.probes = Backoff(probe_every)
 
-    @property
-    def alpha(self) -> float:
-        return self.accepted / (self.accepted + self.rejected)
+    def add(self, decay: float, accepted: int, rejected: int) -> None:
+        self.accepted = decay * self.accepted + accepted
+        self.rejected = decay * self.rejected + rejected
 
-    def limit(self, costs: StepCosts | None) -> int | None:
-        """The free-draft length with the most expected tokens per second, 0 where none beats a target-only step
-        (then now and then a probe, so their acceptance stays measured: the shortest span that would pay if
-        ALPHA_CEILING of it were right; none where no span could); None until costs are known."""
+    def alpha(self, prior: float, weight: float) -> float:
+        """The acceptance these counts say, starting from ``prior`` worth ``weight`` tokens."""
+        return (self.accepted + prior * weight) / (self.accepted + self.rejected + weight)
+
+
+class FreeDrafts:
+    """Prices one-hot drafts (known text) on the measured curve by their evidence: each class (a source and why it
+    drafts, ``Draft.evidence_class``: a prediction the answer is following, a prompt lookup after a 3-token match, ...)
+    learns its own decayed acceptance. Known text is copied or it is not: a span the answer has followed so far is
+    likely followed on (a strong prior, FOLLOWING); any other class starts from what its source has shown so far (all
+    its classes pooled, from a weak PRIOR worth one token), so a right prediction is verified wide from its first
+    followed span and a wrong source stops after a failed span or two, probed now and then (``Backoff``, per class)
+    so that its acceptance stays measured."""
+    MOST = FREE_SPAN  # the longest free draft considered
+    PRIOR = (0.8, 1.0)  # (acceptance, weight in tokens): a prompt with nothing to copy stops paying after a span or two
+    FOLLOWING = (0.95, 2.0)  # the answer took this source's last span whole
+
+    def __init__(self, probe_every: int = 8, decay: float = 0.8):
+        self.decay, self.probe_every = decay, probe_every
+        self.classes: dict[str, _Counts] = {}
+        self.sources: dict[str, _Counts] = {}
+
+    def _counts(self, table: dict[str, _Counts], key: str) -> _Counts:
+        found = table.get(key)
+        if found is None:
+            found = table[key] = _Counts(self.probe_every)
+        return found
+
+    def alpha(self, evidence: str = "") -> float:
+        """The acceptance a draft of class ``evidence`` is priced with."""
+        if evidence.endswith("/following"):
+            prior = self.FOLLOWING
+        else:
+            source = self.sources.get(evidence.split("/")[0])
+            prior = (source.alpha(*self.PRIOR), self.PRIOR[1]) if source else self.PRIOR
+        return self._counts(self.classes, evidence).alpha(*prior)
+
+    def limit(self, costs: StepCosts | None, evidence: str = "") -> int | None:
+        """The free-draft length with the most expected tokens per second for a draft of class ``evidence``, 0 where
+        none beats a target-only step (then now and then a probe, so its acceptance stays measured: the shortest span
+        that would pay if ALPHA_CEILING of it were right; none where no span could); None until costs are known."""
         if costs is None:
             return None
         free = replace(costs, draft_per_token_s=0.0)
-        best = free.best_k(self.alpha, list(range(self.MOST + 1)))
+        best = free.best_k(self.alpha(evidence), list(range(self.MOST + 1)))
+        probes = self._counts(self.classes, evidence).probes
         if best:
-            self.probes.paid()
+            probes.paid()
             return best
-        if not self.probes.due():  # most losing steps: no pricing of a probe on the token loop
+        if not probes.due():  # most losing steps: no pricing of a probe on the token loop
             return 0
         return next((k for k in range(1, self.MOST + 1) if free.speedup(ALPHA_CEILING, k) > 1.0), 0)
 
     def update(self, step: StepRecord) -> None:
         if step.free and step.n_drafted:
-            self.accepted = self.decay * self.accepted + step.n_accepted
-            self.rejected = self.decay * self.rejected + step.rejected
+            for table, key in ((self.classes, step.evidence), (self.sources, step.evidence.split("/")[0])):
+                self._counts(table, key).add(self.decay, step.n_accepted, step.rejected)
 
 
 @dataclass(frozen=True)
@@ -121,7 +158,7 @@ class KChoice:
 class KPolicy(Protocol):
     def choose(self, remaining: int | None = None) -> KChoice: ...  # remaining: tokens the answer may still have
 
-    def free_limit(self) -> int | None: ...  # asked once per non-empty free draft
+    def free_limit(self, evidence: str = "") -> int | None: ...  # asked once per free draft, with its evidence class
 
     def update(self, step: StepRecord) -> None: ...
 
@@ -138,9 +175,9 @@ class FixedK:
     def choose(self, remaining: int | None = None) -> KChoice:
         return KChoice(self.k)
 
-    def free_limit(self) -> int | None:
-        """Free drafts are priced as under the adaptive policy: ``k`` bounds them, the cost model cuts them."""
-        return self.free.limit(self.costs)
+    def free_limit(self, evidence: str = "") -> int | None:
+        """Free drafts are priced as under the adaptive policy, by their evidence (``FreeDrafts``)."""
+        return self.free.limit(self.costs, evidence)
 
     def update(self, step: StepRecord) -> None:
         """A fixed k records the costs (for the stats, and to price free drafts)."""
@@ -199,9 +236,9 @@ class AdaptiveK:
             return 0
         return best
 
-    def free_limit(self) -> int | None:
-        """How long a free draft may be (``FreeDrafts.limit``): 0 where none pays."""
-        return self.free.limit(self.costs)
+    def free_limit(self, evidence: str = "") -> int | None:
+        """How long a free draft of class ``evidence`` may be (``FreeDrafts.limit``): 0 where none pays."""
+        return self.free.limit(self.costs, evidence)
 
     def update(self, step: StepRecord) -> None:
         """Feedback from one step: its timings feed the cost model, its acceptance the alpha of its kind of
@@ -233,7 +270,7 @@ class Waiting:
     def choose(self, remaining: int | None = None) -> KChoice:
         return KChoice(0, fallback=True, waiting=True)
 
-    def free_limit(self) -> int | None:
+    def free_limit(self, evidence: str = "") -> int | None:
         return 0
 
     def update(self, step: StepRecord) -> None:
@@ -247,8 +284,8 @@ class Waiting:
 def policy_for(spec: SpecConfig, prior: StepCosts | None = None, prompt_tokens: int = 0) -> KPolicy:
     """The policy for ``spec``; ``prior`` (the pair's step costs measured at load) starts its cost model, and the
     draft model starts ``prompt_tokens`` behind (a new answer's draft has not seen its prompt)."""
-    if spec.adaptive and spec.proposer in FREE_PROPOSERS:  # no draft model to size: k_max bounds its free drafts,
-        return FixedK(spec.k_max, prior=prior)                 # which FreeDrafts prices
+    if spec.adaptive and spec.proposer in FREE_PROPOSERS:  # no draft model to size: its free drafts are offered up
+        return FixedK(max(spec.k_max, FREE_SPAN), prior=prior)  # to FREE_SPAN long, and FreeDrafts prices them
     if spec.adaptive:
         return AdaptiveK(k_init=min(max(spec.k, spec.k_min), spec.k_max), k_min=spec.k_min, k_max=spec.k_max,
                          prior=prior, behind=prompt_tokens)

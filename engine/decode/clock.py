@@ -32,4 +32,5 @@ class StepClock:
         end = self._now()
         return StepRecord(n_drafted=len(draft), n_accepted=n_accepted, n_fed=n_fed,
                           draft_s=self._proposed - self._start, verify_s=end - self._proposed,
-                          free=draft.free, source=draft.source)
+                          free=draft.free, source=draft.source,
+                          evidence=draft.evidence_class if draft.free else "")

@@ -19,6 +19,10 @@ class Draft:
     tokens: list[int]
     q_probs: torch.Tensor | None = None  # (len(tokens), vocab) draft distributions; None = one-hot draft
     source: str = ""  # who drafted it (a proposer's name; a composite proposer's draft names its part)
+    # why known text is drafted, for pricing (engine/costs/kpolicy.py FreeDrafts learns an acceptance per source and
+    # evidence): "following" (the answer took the source's last span whole and goes on with it), "start" (a
+    # prediction's first span), "match-<n>" (found again after an n-token match); "" for a model's draft
+    evidence: str = ""
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -32,7 +36,13 @@ class Draft:
     def truncate(self, n: int) -> Draft:
         if len(self.tokens) <= n:
             return self
-        return Draft(self.tokens[:n], self.q_probs[:n] if self.q_probs is not None else None, self.source)
+        return Draft(self.tokens[:n], self.q_probs[:n] if self.q_probs is not None else None, self.source,
+                     self.evidence)
+
+    @property
+    def evidence_class(self) -> str:
+        """What the k policy prices a free draft by: its source and its evidence."""
+        return f"{self.source}/{self.evidence}"
 
 
 EMPTY_DRAFT = Draft(tokens=[])

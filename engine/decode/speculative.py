@@ -66,7 +66,7 @@ def _propose(proposer: Proposer, k_policy: KPolicy, context: list[int], k: int,
     A free (one-hot) draft may be longer than ``k``: it costs nothing to make, but each token widens the verify
     forward, so the k policy prices it and may cut it (to 0: a target-only step). Also what it cut (None: no cut)."""
     draft = proposer.propose(context, min(k, room))
-    limit = k_policy.free_limit() if draft.free else None
+    limit = k_policy.free_limit(draft.evidence_class) if draft.free else None
     kept = draft.truncate(room if limit is None else min(room, limit))
     if limit is None or len(kept) >= min(len(draft), room):
         return kept, None

@@ -17,7 +17,9 @@ from engine.costs.costmodel import StepCosts, fit_line
 
 STEP_COST_CONTEXT = 16  # tokens in the KV cache before the timed forwards (a short prefill: cheap at load)
 PREFILL_CHUNK = 512
-STEP_COST_TOKENS = (1, 2, 4, 8, 16)  # the precision's own t(n): flat, then steep (engine/costs/costmodel.py)
+# the precision's own t(n) (engine/costs/costmodel.py): flat, then steep, with bumps where a kernel changes (llama.cpp's
+# tiled K-quant matmul from 8 rows); up to 64, the widest span of known text (a prediction, a repeated answer) verified
+STEP_COST_TOKENS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def _plain_ids(n: int) -> list[int]:
@@ -184,7 +186,10 @@ class LoadChecks:
     def from_json(cls, data: dict) -> LoadChecks:
         """The record ``to_json`` wrote, as kept figures (JSON's lists back to tuples); KeyError or TypeError for a
         record of another shape."""
-        return cls(costs=_record(StepCosts, data["costs"]), identity=_record(IdentityCheck, data["identity"]),
+        costs = _record(StepCosts, data["costs"])
+        if tuple(n for n, _ in costs.verify_table) != STEP_COST_TOKENS:
+            raise ValueError(f"verify costs kept for widths {[n for n, _ in costs.verify_table]}: measured again")
+        return cls(costs=costs, identity=_record(IdentityCheck, data["identity"]),
                    speed=_record(TargetSpeed, data["speed"]), measured_at=data["measured_at"], kept=True)
 
 

@@ -11,16 +11,17 @@ import torch
 
 from engine.config import SamplingConfig
 from engine.decode.draft import Draft, Proposer
-from engine.proposers.ngram import ngram_lookup
+from engine.config import FREE_SPAN
+from engine.proposers.ngram import ngram_match
 
 
 class CachedAnswerProposer:
     name = "cached-answer"
 
-    def __init__(self, answer_ids: list[int], fallback: Proposer, span: int = 32):
+    def __init__(self, answer_ids: list[int], fallback: Proposer, span: int = FREE_SPAN):
         self.answer_ids = list(answer_ids)
         self.fallback = fallback
-        self.span = span  # chunk length: a 1.5B verify of 33 tokens costs little more than of 1 on CPU
+        self.span = span  # free to make: the k policy cuts it to what its evidence pays on the measured curve
         self.prompt_len = 0
 
     def reset(self, prompt_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
@@ -31,7 +32,8 @@ class CachedAnswerProposer:
         answer_so_far = context_ids[self.prompt_len:]
         n = len(answer_so_far)
         if answer_so_far == self.answer_ids[:n]:
-            tokens = self.answer_ids[n:n + self.span]
+            tokens, evidence = self.answer_ids[n:n + self.span], "following"
         else:  # re-align: continue after the latest occurrence of our suffix inside the cached answer
-            tokens = ngram_lookup(context_ids, self.span, source=self.answer_ids)
-        return Draft(tokens, source=self.name) if tokens else self.fallback.propose(context_ids, k)
+            tokens, matched = ngram_match(context_ids, self.span, source=self.answer_ids)
+            evidence = f"match-{matched}"
+        return Draft(tokens, source=self.name, evidence=evidence) if tokens else self.fallback.propose(context_ids, k)

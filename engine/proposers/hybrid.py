@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.config import SamplingConfig
+from engine.config import FREE_SPAN, SamplingConfig
 from engine.decode.draft import Draft
 from engine.proposers.draft_model import DraftModelProposer
 from engine.proposers.ngram import NgramProposer
@@ -12,7 +12,7 @@ from engine.proposers.ngram import NgramProposer
 class HybridProposer:
     name = "hybrid"
 
-    def __init__(self, lookup: NgramProposer, model: DraftModelProposer, lookup_span: int = 16):
+    def __init__(self, lookup: NgramProposer, model: DraftModelProposer, lookup_span: int = FREE_SPAN):
         self.lookup, self.model = lookup, model
         self.lookup_span = lookup_span  # lookup drafts are free to make, so they may be longer than k
 

@@ -13,6 +13,12 @@ from engine.decode.draft import EMPTY_DRAFT, Draft
 
 def ngram_lookup(context: list[int], k: int, max_ngram: int = 4, min_ngram: int = 2,
                  source: list[int] | None = None) -> list[int]:
+    """The tokens of :func:`ngram_match`."""
+    return ngram_match(context, k, max_ngram, min_ngram, source)[0]
+
+
+def ngram_match(context: list[int], k: int, max_ngram: int = 4, min_ngram: int = 2,
+                source: list[int] | None = None) -> tuple[list[int], int]:
     """Up to ``k`` tokens that followed the latest occurrence of the longest matching suffix n-gram of
     ``context`` (``min_ngram <= n <= max_ngram``, ``n < len(context)``), searched in ``source`` (default:
     earlier in ``context`` itself). Only occurrences followed by at least one token count.
@@ -24,7 +30,7 @@ def ngram_lookup(context: list[int], k: int, max_ngram: int = 4, min_ngram: int 
     source = context if source is None else source
     m = min(max_ngram, len(context) - 1)  # the suffix n-gram is never the whole context
     if k <= 0 or m < max(min_ngram, 1):
-        return []
+        return [], 0
     pattern = context[:-m - 1:-1]  # the last m tokens, reversed: pattern[j] = context[-1 - j]
     text = source[-2::-1]  # source without its last token, reversed: a match must leave a token to propose
     fail = _failure(pattern)
@@ -46,9 +52,9 @@ def ngram_lookup(context: list[int], k: int, max_ngram: int = 4, min_ngram: int 
                     break
         i += 1
     if best_len < min_ngram:
-        return []
+        return [], 0
     start = len(source) - 2 - best_end + best_len  # the occurrence's first token is text[best_end]
-    return source[start:start + k]
+    return source[start:start + k], best_len
 
 
 def _failure(pattern: list[int]) -> list[int]:
@@ -75,5 +81,5 @@ class NgramProposer:
         """Stateless: the context is the whole memory."""
 
     def propose(self, context_ids: list[int], k: int) -> Draft:
-        tokens = ngram_lookup(context_ids, k, self.max_ngram, self.min_ngram)
-        return Draft(tokens, source=self.name) if tokens else EMPTY_DRAFT
+        tokens, n = ngram_match(context_ids, k, self.max_ngram, self.min_ngram)
+        return Draft(tokens, source=self.name, evidence=f"match-{n}") if tokens else EMPTY_DRAFT

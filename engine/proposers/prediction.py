@@ -14,21 +14,28 @@ from __future__ import annotations
 import torch
 
 from engine.backends.contract import common_prefix
-from engine.config import SamplingConfig
+from engine.config import FREE_SPAN, SamplingConfig
 from engine.decode.draft import Draft, Proposer
 
 
 def find_place(context: list[int], prediction: list[int], anchor: int, min_ngram: int = 3,
                max_ngram: int = 8) -> int | None:
+    """Where in ``prediction`` the text continues after ``context`` (:func:`find_match`'s place)."""
+    found = find_match(context, prediction, anchor, min_ngram, max_ngram)
+    return None if found is None else found[0]
+
+
+def find_match(context: list[int], prediction: list[int], anchor: int, min_ngram: int = 3,
+               max_ngram: int = 8) -> tuple[int, int] | None:
     """Where in ``prediction`` the text continues after ``context``: just past an occurrence of the longest
     suffix n-gram of ``context`` (``min_ngram <= n <= max_ngram``) that leaves a token to propose, the first one at
-    or after ``anchor`` (the last known place), else the first one. None: no such n-gram occurs."""
+    or after ``anchor`` (the last known place), else the first one; and n. None: no such n-gram occurs."""
     for n in range(min(max_ngram, len(context)), min_ngram - 1, -1):
         suffix = context[-n:]
         starts = _occurrences(prediction, suffix)
         ends = [i + n for i in starts if i + n < len(prediction)]
         if ends:
-            return next((end for end in ends if end >= anchor), ends[0])
+            return next((end for end in ends if end >= anchor), ends[0]), n
     return None
 
 
@@ -48,10 +55,10 @@ def _occurrences(text: list[int], pattern: list[int]) -> list[int]:
 class PredictionProposer:
     name = "prediction"
 
-    def __init__(self, prediction_ids: list[int], fallback: Proposer, span: int = 32):
+    def __init__(self, prediction_ids: list[int], fallback: Proposer, span: int = FREE_SPAN):
         self.prediction = list(prediction_ids)
         self.fallback = fallback
-        self.span = span  # a span is free to make; the k policy cuts it to what pays on the measured curve
+        self.span = span  # a span is free to make; the k policy cuts it to what its evidence pays on the measured curve
         self.prompt_len = 0
         self.anchor = 0  # the last place the answer was known to follow the prediction
         self._last: tuple[int, int] | None = None  # (context length, place) of the span proposed last
@@ -61,21 +68,23 @@ class PredictionProposer:
         self.fallback.reset(prompt_ids, sampling, generator)
 
     def propose(self, context_ids: list[int], k: int) -> Draft:
-        place = self._place(context_ids)
+        place, evidence = self._place(context_ids)
         if place is None or place >= len(self.prediction):
             self._last = None
             return self.fallback.propose(context_ids, k)
         self.anchor, self._last = place, (len(context_ids), place)
-        return Draft(self.prediction[place:place + self.span], source=self.name)
+        return Draft(self.prediction[place:place + self.span], source=self.name, evidence=evidence)
 
-    def _place(self, context_ids: list[int]) -> int | None:
-        """Where the answer stands in the prediction: past the last span when the target took all of it and its
-        own next token is the prediction's too; at the start before the answer's first token; else found again."""
+    def _place(self, context_ids: list[int]) -> tuple[int | None, str]:
+        """Where the answer stands in the prediction, and the evidence: past the last span when the target took all
+        of it and its own next token is the prediction's too ("following"); at the start before the answer's first
+        token ("start"); else found again by an n-token match ("match-<n>")."""
         if self._last is not None:
             at, place = self._last
             new = context_ids[at:]
             if common_prefix(new, self.prediction[place:place + len(new)]) == len(new):
-                return place + len(new)
+                return place + len(new), "following"
         elif len(context_ids) == self.prompt_len:
-            return 0
-        return find_place(context_ids[self.prompt_len:], self.prediction, self.anchor)
+            return 0, "start"
+        found = find_match(context_ids[self.prompt_len:], self.prediction, self.anchor)
+        return (None, "") if found is None else (found[0], f"match-{found[1]}")

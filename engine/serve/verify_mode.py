@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from engine.config import DEFAULT_SPEC, VERIFY_MODES
+from engine.config import DEFAULT_SPEC, FREE_SPAN, VERIFY_MODES
 from engine.costs.costmodel import StepCosts
 from engine.decode.identity import IdentityCheck
 from engine.errors import InvalidSettingError
@@ -61,12 +61,12 @@ def choose_verify(identity: IdentityCheck, costs: StepCosts, quiet: bool = True)
         return VerifyChoice(IDENTICAL, cap, f"verify widths: identical (k <= {cap - 1}), the default while the verify "
                                             "costs come from a busy machine; quiet figures price both modes")
     k_same, same = best_speed(costs, cap - 1)
-    k_fast, fast = best_speed(costs, K_MAX)
+    k_fast, fast = best_speed(costs, FREE_SPAN)
     mode = IDENTICAL if same >= (1 - TOLERANCE) * fast else FASTEST
     widest = max((n for n, _ in costs.verify_table), default=0)
     table = ", ".join(f"t({n}) = {s / costs.verify_s(1):.1f}" for n, s in costs.verify_table if n > 1)
     note = (f"verify widths: identical (k <= {cap - 1}) {same:.1f} tok/s at best (k = {k_same}), fastest "
-            f"(k <= {K_MAX}) {fast:.1f} tok/s (k = {k_fast}), modelled for a free draft accepted {ALPHA:.0%} of the "
+            f"(k <= {K_MAX}) {fast:.1f} tok/s (k = {k_fast}; known text up to {FREE_SPAN}), modelled for a free draft accepted {ALPHA:.0%} of the "
             f"time from the verify costs measured at load ({table} one-token forwards, up to {widest}); "
             f"default {mode}: " + ("keeping to the identical width costs "
                                    f"{max(0.0, 1 - same / fast):.0%} here" if mode == IDENTICAL else

@@ -52,7 +52,8 @@ def test_lookups_that_keep_failing_end_in_target_only_steps():
     sampling = SamplingConfig(max_new_tokens=80, stop_on_eos=False)
     policy = OnThisCurve(16)
     for _ in range(10):  # what the policy had already measured: lookups here are wrong
-        policy.free.update(StepRecord(n_drafted=4, n_accepted=0, n_fed=5, draft_s=0.0, verify_s=0.27, free=True))
+        policy.free.update(StepRecord(n_drafted=4, n_accepted=0, n_fed=5, draft_s=0.0, verify_s=0.27, free=True,
+                                      source="lookup", evidence="lookup/match-4"))
     events = run(speculative_generate(cached(target), NgramProposer(), prompt,
                                       TokenStream(target.tokenizer, target.eos_ids, 80, False), sampling,
                                       k_policy=policy))

@@ -175,6 +175,10 @@ def test_kept_figures_read_back_equal_and_a_damaged_file_is_measured_again(tmp_p
     assert MeasuredStore(tmp_path / "m.json").get("k") is None  # a new process: measured again
     (tmp_path / "m.json").write_text(json.dumps({"k": {"costs": {"x": 1}}}))
     assert MeasuredStore(tmp_path / "m.json").get("k") is None  # an older shape: measured again
+    narrow = costs_like.to_json()
+    narrow["costs"]["verify_table"] = [[1, 0.012], [2, 0.014], [16, 0.04]]  # a curve of other widths (up to 16)
+    (tmp_path / "m.json").write_text(json.dumps({"k": narrow}))
+    assert MeasuredStore(tmp_path / "m.json").get("k") is None  # measured again, up to 64
     store.put("busy", LoadChecks(**{**costs_like.__dict__, "busy": "others took 80%"}))
     assert store.get("busy") is None
 
@@ -182,9 +186,10 @@ def test_kept_figures_read_back_equal_and_a_damaged_file_is_measured_again(tmp_p
 def tiny_checks() -> LoadChecks:
     from engine.costs.costmodel import StepCosts
     from engine.decode.identity import IdentityCheck
+    from engine.models.load_checks import STEP_COST_TOKENS
 
     costs = StepCosts(verify_fixed_s=0.01, verify_per_token_s=0.002, draft_per_token_s=0.004,
-                      verify_table=((1, 0.012), (2, 0.014)), catch_up_per_token_s=0.001)
+                      verify_table=tuple((n, 0.01 + 0.002 * n) for n in STEP_COST_TOKENS), catch_up_per_token_s=0.001)
     identity = IdentityCheck(10, 12, (2, 8), (24,), 1.5, (24, 8, 3), 0.5, "cpu", ((24, 8),), ((24, 10, 12),))
     return LoadChecks(costs, identity, TargetSpeed(10.0, 12.0, 0.2, 32, "runs"), "2026-12-04 12:00")
 

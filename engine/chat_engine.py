@@ -22,6 +22,7 @@ from engine.lab.grid import DOCTOR_KINDS, ExperimentGrid
 from engine.lab.results import DoctorReport, LabUpdate
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.models.loading import LoadedModel
+from engine.proposers.memory import Memories
 from engine.serve import generation, proofs
 from engine.serve.model_lock import ModelLock
 from engine.serve.pair_slot import NO_JUDGE, PairSlot
@@ -34,11 +35,13 @@ class ChatEngine:
     never waits for a generation. The app calls only its ``engine.surface.EngineSurface`` methods."""
 
     def __init__(self, cache: SemanticCache | None = None, paraphrase_judge: bool = True,
-                 cache_dir: Path | None = None, measure_beside: bool = True):
+                 cache_dir: Path | None = None, measure_beside: bool = True, memory: bool = True):
         """``measure_beside``: a loaded pair serves at once and its figures are measured on their own thread
         (engine/serve/measuring.py); False (a benchmark's engine): ``load_pair`` measures them before it returns,
-        once, so that nothing measures beside the benchmark."""
+        once, so that nothing measures beside the benchmark. ``memory``: earlier prompts and answers draft later
+        ones (engine/proposers/memory.py)."""
         self.cache = cache
+        self.memories = Memories() if memory else None
         self.lock = ModelLock()
         self.slot = PairSlot(self.lock, cache_dir, paraphrase_judge, measure_beside)
 
@@ -79,14 +82,14 @@ class ChatEngine:
     # -- generation -----------------------------------------------------------------------------------------
     def generate(self, messages: list[dict], sampling: SamplingConfig, spec: SpecConfig, *,
                  cache: CacheConfig = CacheConfig(), cancel: threading.Event | None = None,
-                 prediction: str = "") -> Iterator[Event]:
+                 prediction: str = "", memory_scope: str = "") -> Iterator[Event]:
         """Decoded on its own worker at the engine's pace (engine/serve/run_ahead.py); closing the returned
         generator stops the decode at its next step."""
         pair = self.slot.require()  # read once: a concurrent pair switch affects only later requests
         judging = self.slot.judge(pair, self.lock) if self.cache is not None and cache.mode == "direct" else NO_JUDGE
         cancel = cancel or threading.Event()
-        request = generation.ChatRequest(messages, sampling, spec, cache, cancel, prediction)
-        yield from run_ahead(generation.answer(pair, self.cache, self.lock, request, judging), cancel)
+        request = generation.ChatRequest(messages, sampling, spec, cache, cancel, prediction, memory_scope)
+        yield from run_ahead(generation.answer(pair, self.cache, self.lock, request, judging, self.memories), cancel)
 
     def generate_reference(self, messages: list[dict], sampling: SamplingConfig,
                            cancel: threading.Event | None = None) -> Iterator[Event]:
@@ -139,3 +142,7 @@ class ChatEngine:
     def cache_clear(self) -> None:
         if self.cache is not None:
             self.cache.clear()
+
+    def memory_clear(self) -> None:
+        if self.memories is not None:
+            self.memories.clear()

@@ -110,10 +110,12 @@ class EngineSurface(Protocol):
 
     def generate(self, messages: list[dict], sampling: SamplingConfig, spec: SpecConfig, *,
                  cache: CacheConfig = CacheConfig(), cancel: threading.Event | None = None,
-                 prediction: str = "") -> Iterator[Event]:
+                 prediction: str = "", memory_scope: str = "") -> Iterator[Event]:
         """A CacheEvent, then TokenEvents and StatsEvents, then a DoneEvent (with ``prompt_tokens``).
         ``prediction``: text the answer is expected to restate (OpenAI's predicted outputs), a free draft the
-        target verifies; the StatsEvents count its tokens apart (``of_source("prediction")``)."""
+        target verifies; the StatsEvents count its tokens apart (``of_source("prediction")``). ``memory_scope``:
+        whose earlier prompts and answers may draft this one (the instance's memory of earlier work, counted as
+        ``of_source("memory")``); the answer joins that scope's memory."""
         ...
 
     def generate_reference(self, messages: list[dict], sampling: SamplingConfig,
@@ -153,6 +155,10 @@ class EngineSurface(Protocol):
         ...
 
     def cache_clear(self) -> None:
+        ...
+
+    def memory_clear(self) -> None:
+        """Forget every earlier prompt and answer the memory proposer drafts from (a benchmark's fresh state)."""
         ...
 
 

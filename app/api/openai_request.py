@@ -34,7 +34,7 @@ class StreamOptions(BaseModel):
 
 class ChatCompletionRequest(BaseModel):
     """What /v1/chat/completions reads. The fields after ``stream_options`` are read only to be refused; OpenAI
-    fields not named here (user, metadata, …) are accepted and ignored."""
+    fields not named here (metadata, …) are accepted and ignored."""
     model_config = ConfigDict(extra="ignore")
     model: str = ""
     messages: list[ChatMessage]
@@ -50,6 +50,7 @@ class ChatCompletionRequest(BaseModel):
     top_logprobs: int | None = None
     stream_options: StreamOptions | None = None
     prediction: dict | None = None  # {"type": "content", "content": text or text parts}: a free draft (prediction_text)
+    user: str | None = None  # OpenAI's end-user id: that user's earlier answers draft theirs (memory_scope)
     tools: list | None = None
     functions: list | None = None
     tool_choice: str | dict | None = None
@@ -103,6 +104,12 @@ def _text(content: str | list[dict] | None) -> str:
                           "unsupported_value")
         parts.append(part["text"])
     return "".join(parts)
+
+
+def memory_scope(req: ChatCompletionRequest) -> str:
+    """Whose earlier prompts and answers draft this request (engine/proposers/memory.py): the request's ``user``,
+    else the instance's own (the chat's too: one API key, one person or team)."""
+    return f"user:{req.user}" if req.user else ""
 
 
 def prediction_text(req: ChatCompletionRequest) -> str:

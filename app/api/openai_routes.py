@@ -25,8 +25,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from app.api.auth import API_PREFIX, BearerKeyMiddleware, gradio_login
 from app.api.openai_format import (Answer, ApiError, Piece, Release, chunk_body, completion_body, error_body, joined,
                                    new_id, usage_chunk, validation_error_body)
-from app.api.openai_request import (ChatCompletionRequest, check_request, engine_messages, prediction_text, sampling_of,
-                                    stop_strings)
+from app.api.openai_request import (ChatCompletionRequest, check_request, engine_messages, memory_scope, prediction_text,
+                                    sampling_of, stop_strings)
 from app.context import AppContext
 from engine.config import DEFAULT_CACHE, DEFAULT_SPEC
 from engine.errors import EngineError
@@ -44,7 +44,7 @@ def _start(ctx: AppContext, req: ChatCompletionRequest, cancel: threading.Event)
     messages, sampling, prediction = engine_messages(req), sampling_of(req), prediction_text(req)
     answer = Answer(Release(stop_strings(req)), logprobs=bool(req.logprobs))
     events = ctx.engine.generate(messages, sampling, DEFAULT_SPEC, cache=DEFAULT_CACHE, cancel=cancel,
-                                 prediction=prediction)
+                                 prediction=prediction, memory_scope=memory_scope(req))
     first = next(events)
     return answer, first, events
 

@@ -126,9 +126,10 @@ def paused_text(stats: StatsEvent) -> str:
 
 
 def sources_html(stats: StatsEvent | None) -> str:
-    """Each draft source's share of the acceptance (a prediction, a lookup, the draft model…), when more than one
-    drafted or a prediction did."""
-    if stats is None or not stats.by_source or (len(stats.by_source) == 1 and stats.by_source[0][0] != "prediction"):
+    """Each draft source's share of the acceptance (a prediction, the memory of earlier answers, a lookup, the draft
+    model…), when more than one drafted or known text from outside the prompt did."""
+    if stats is None or not stats.by_source or (len(stats.by_source) == 1
+                                                 and stats.by_source[0][0] not in ("prediction", "memory")):
         return ""
     parts = [f"{name or 'draft'} {a.accepted}/{a.proposed}" for name, a in stats.by_source]
     return f'<div class="sources-note" data-stat="sources">{esc("accepted by source: " + " · ".join(parts))}</div>'

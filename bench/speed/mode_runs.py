@@ -82,7 +82,8 @@ def decode_rate(new_tokens: int, seconds: float, ttft_s: float | None) -> float 
 
 def forget_prompts(engine: ChatEngine) -> None:
     """The state a new request finds: no pooled llama.cpp context holds a prompt (a torch runner starts empty
-    anyway), so no mode resumes a prefill that another mode paid for."""
+    anyway), so no mode resumes a prefill that another mode paid for, and no earlier answer is remembered."""
+    engine.memory_clear()
     pair = engine.slot.pair
     for loaded in pair.models if pair else ():
         getattr(loaded.backend, "forget_prompts", lambda: None)()

@@ -16,9 +16,13 @@ from engine.config import CacheConfig, SamplingConfig, SpecConfig
 from engine.divergence import first_disagreement
 from engine.events import Event
 from engine.models.prompt import encode_chat, encode_prediction
+from engine.proposers.memory import Memories
 from engine.serve.model_lock import ModelLock
 from engine.serve.pair_slot import NO_JUDGE, Judging, Pair
 from engine.start.decoders import start_reference, start_speculative, token_stream
+
+
+MEMORY_PROMPT_TOKENS = 2048  # of a prompt, the tail the memory keeps (a long chat's history is in earlier entries)
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,7 @@ class ChatRequest:
     cache: CacheConfig = CacheConfig()
     cancel: threading.Event | None = None
     prediction: str = ""  # the text the answer is expected to restate (OpenAI's predicted outputs): a free draft
+    memory_scope: str = ""  # whose earlier prompts and answers draft this one (engine/proposers/memory.py)
 
 
 def encode(pair: Pair, messages: list[dict]) -> list[int]:
@@ -36,9 +41,10 @@ def encode(pair: Pair, messages: list[dict]) -> list[int]:
 
 
 def answer(pair: Pair, cache: SemanticCache | None, lock: ModelLock, request: ChatRequest,
-           judging: Judging = NO_JUDGE) -> Iterator[Event]:
+           judging: Judging = NO_JUDGE, memories: Memories | None = None) -> Iterator[Event]:
     """The assistant's answer: from the cache, or by speculative decoding. A CacheEvent first, then TokenEvents
-    and StatsEvents, and a DoneEvent (with the prompt's length in ``prompt_tokens``) last."""
+    and StatsEvents, and a DoneEvent (with the prompt's length in ``prompt_tokens``) last. ``memories``: the
+    instance's memory of earlier work; this request's scope drafts from it, and its prompt and answer join it."""
     prompt_ids = encode(pair, request.messages)
     prediction = encode_prediction(pair.target.tokenizer, request.prediction, pair.target.context_window)
     hit, cache_event, scope = cached_chat.lookup(cache, pair.target, request.messages, request.sampling,
@@ -52,12 +58,15 @@ def answer(pair: Pair, cache: SemanticCache | None, lock: ModelLock, request: Ch
         yield from cached_chat.serve(hit, stream, cache)
         return
     cached_answer = tuple(hit.answer_token_ids) if hit.outcome == "verified" else ()  # the draft; the target decides
+    memory = memories.get(pair.target.name, request.memory_scope) if memories is not None else None
     decode = start_speculative(pair.target, pair.draft, prompt_ids, request.sampling, request.spec, costs=pair.costs,
                                cached_answer=cached_answer, prediction=tuple(prediction), stream=stream,
                                cancel=request.cancel, width_cap=pair.verify.width_cap,
-                               measuring=pair.checks is None)
+                               measuring=pair.checks is None, memory=memory)
     for event in lock.stepwise(decode, pair.models, "while generating"):
         if event.type == "done":
+            if memory is not None:
+                memory.add(prompt_ids[-MEMORY_PROMPT_TOKENS:] + list(event.token_ids))
             stored = cached_chat.remember(cache, scope, request.messages, event)
             if hit.refuted and not stored:  # the entry is wrong, and nothing complete replaced it
                 cached_chat.forget(cache, hit)

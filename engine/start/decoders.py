@@ -20,6 +20,7 @@ from engine.events import Event
 from engine.models.loading import LoadedModel, runner_for
 from engine.proposers import PROPOSERS, Proposer
 from engine.proposers.cached_answer import CachedAnswerProposer
+from engine.proposers.memory import AnswerMemory, MemoryProposer
 from engine.proposers.prediction import PredictionProposer
 from engine.costs.costmodel import StepCosts
 from engine.costs.kpolicy import Waiting, policy_for
@@ -38,11 +39,14 @@ def token_stream(target: LoadedModel, prompt_ids: list[int], sampling: SamplingC
 
 
 def make_proposer(spec: SpecConfig, draft: LoadedModel, cached_answer: tuple[int, ...] = (),
-                  prediction: tuple[int, ...] = ()) -> Proposer:
+                  prediction: tuple[int, ...] = (), memory: AnswerMemory | None = None) -> Proposer:
     """The registry's proposer for ``spec`` (only model drafts make a draft runner). The free drafts a request
     brings go first: a ``cached_answer`` (engine/proposers/cached_answer.py), then the client's ``prediction``
-    (engine/proposers/prediction.py), then that proposer."""
+    (engine/proposers/prediction.py), then the instance's ``memory`` of earlier work (engine/proposers/memory.py),
+    then that proposer."""
     proposer = PROPOSERS[spec.proposer](lambda: runner_for(draft))
+    if memory is not None and len(memory):
+        proposer = MemoryProposer(memory, fallback=proposer)
     if prediction:
         proposer = PredictionProposer(list(prediction), fallback=proposer)
     return CachedAnswerProposer(list(cached_answer), fallback=proposer) if cached_answer else proposer
@@ -52,16 +56,16 @@ def start_speculative(target: LoadedModel, draft: LoadedModel, prompt_ids: list[
                       spec: SpecConfig, *, costs: StepCosts | None = None, cached_answer: tuple[int, ...] = (),
                       prediction: tuple[int, ...] = (), stream: TokenStream | None = None,
                       cancel: threading.Event | None = None, width_cap: int | None = None,
-                      measuring: bool = False) -> Iterator[Event]:
+                      measuring: bool = False, memory: AnswerMemory | None = None) -> Iterator[Event]:
     """The draft-verify loop on ``target`` and ``draft``. ``costs`` (the pair's step costs measured at load)
     starts the k policy's cost model; ``measuring``: they are still being measured, and an adaptive k waits for them
     with target-only steps (kpolicy.Waiting); ``stream`` defaults to :func:`token_stream`. ``width_cap``: the widest verify
     the load-time identity check found bit-identical (IdentityCheck.width_cap), which an adaptive k keeps to.
-    ``cached_answer`` and ``prediction``: free drafts the request brings (:func:`make_proposer`)."""
+    ``cached_answer``, ``prediction`` and ``memory``: free drafts the request brings (:func:`make_proposer`)."""
     stream = stream or token_stream(target, prompt_ids, sampling)
     cap = width_cap if spec.adaptive else None  # a fixed k is the user's choice
     capped = within_width(spec, cap)
-    proposer = make_proposer(capped, draft, cached_answer, prediction)
+    proposer = make_proposer(capped, draft, cached_answer, prediction, memory)
     k_policy = Waiting() if measuring and spec.adaptive else policy_for(capped, costs, len(prompt_ids))
     return speculative_generate(runner_for(target), proposer, prompt_ids, stream, sampling,
                                 k_policy=k_policy, cancel=cancel, max_width=cap)

@@ -282,7 +282,7 @@ class EndlessEngine(FakeEngine):
         super().__init__()
         self.started, self.stopped, self.finish = threading.Event(), threading.Event(), None
 
-    def generate(self, messages, sampling, spec, *, cache=DEFAULT_CACHE, cancel=None, prediction=""):
+    def generate(self, messages, sampling, spec, *, cache=DEFAULT_CACHE, cancel=None, prediction="", memory_scope=""):
         from engine.serve.run_ahead import run_ahead
 
         self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache))
@@ -367,7 +367,7 @@ def test_the_streamed_and_the_whole_answer_are_the_same_answer(stop):
 class FailingEngine(FakeEngine):
     """Two tokens, then the engine fails (a bug, a device error) after the response has begun."""
 
-    def generate(self, messages, sampling, spec, *, cache=DEFAULT_CACHE, cancel=None, prediction=""):
+    def generate(self, messages, sampling, spec, *, cache=DEFAULT_CACHE, cancel=None, prediction="", memory_scope=""):
         yield CacheEvent("off")
         yield tok("Hello", "accepted", 0)
         yield tok(" wor", "corrected", 1)
@@ -535,6 +535,13 @@ def test_a_prediction_reaches_the_engine_as_its_text(prediction, text):
     c, engine = client()
     r = c.post("/v1/chat/completions", json=ask(**({"prediction": prediction} if prediction else {})))
     assert r.status_code == 200 and engine.calls[0]["prediction"] == text
+
+
+def test_each_api_user_drafts_from_their_own_memory_of_earlier_answers():
+    c, engine = client()
+    assert c.post("/v1/chat/completions", json=ask(user="ana")).status_code == 200
+    assert c.post("/v1/chat/completions", json=ask()).status_code == 200
+    assert [call["memory_scope"] for call in engine.calls] == ["user:ana", ""]
 
 
 @pytest.mark.parametrize("prediction", [

@@ -68,11 +68,12 @@ def test_repeat_r_starts_at_mode_r():
 
 @pytest.mark.parametrize("warm", [False, True])
 def test_a_warm_run_primes_the_mode_with_the_prompt_first_and_a_fresh_one_forgets(warm):
-    """Both empty the pooled contexts first; warm then runs the mode once, untimed, on the same messages with a
-    short answer (the primer), and times the second call."""
-    calls, forgotten = [], []
+    """Both empty the pooled contexts and the memory of earlier answers first; warm then runs the mode once, untimed,
+    on the same messages with a short answer (the primer), and times the second call."""
+    calls, forgotten, memory = [], [], []
     backend = SimpleNamespace(forget_prompts=lambda: forgotten.append(len(calls)))
-    engine = SimpleNamespace(slot=SimpleNamespace(pair=SimpleNamespace(models=[SimpleNamespace(backend=backend)])))
+    engine = SimpleNamespace(slot=SimpleNamespace(pair=SimpleNamespace(models=[SimpleNamespace(backend=backend)])),
+                             memory_clear=lambda: memory.append(len(calls)))
 
     def runner(call):
         calls.append(call.sampling.max_new_tokens)
@@ -81,7 +82,7 @@ def test_a_warm_run_primes_the_mode_with_the_prompt_first_and_a_fresh_one_forget
     call = ModeCall(engine, [{"role": "user", "content": "hi"}], SamplingConfig(max_new_tokens=16), SpecConfig(),
                     PROMPTS[0], warm)
     run, tokens = _timed_run(runner, "spec", call, reference=[1, 2, 3])
-    assert calls == ([2, 16] if warm else [16]) and forgotten == [0]
+    assert calls == ([2, 16] if warm else [16]) and forgotten == [0] and memory == [0]
     assert tokens == [1, 2, 3] and run["identical_to_target"] is True
     assert run["ttft_s"] == 0.5 and run["decode_tokens_per_s"] == 2 / 1.5 and run["tokens_per_s"] == 1.5
 

@@ -140,9 +140,9 @@ class FakeEngine:
         self.verify_mode = mode
         return self.info()
 
-    def generate(self, messages, sampling, spec, *, cache=CacheConfig(), cancel=None, prediction=""):
+    def generate(self, messages, sampling, spec, *, cache=CacheConfig(), cancel=None, prediction="", memory_scope=""):
         self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache, cancel=cancel,
-                               prediction=prediction))
+                               prediction=prediction, memory_scope=memory_scope))
         if not messages[-1]["content"].strip():
             raise EmptyPromptError("the message is empty")
         yield from self.events
@@ -189,6 +189,9 @@ class FakeEngine:
     def cache_clear(self):
         self.entries = [] if self.entries is not None else None
 
+    def memory_clear(self):
+        self.memory_cleared = True
+
 
 class RaceEngine(FakeEngine):
     """A race whose answers differ at token 1, explained as a tie (and the fake's fp32 proof)."""
@@ -225,8 +228,9 @@ class PiecesEngine(FakeEngine):
     def info(self):
         return PairInfo(target="tgt", draft="drf", target_precision="bf16", draft_precision="nf4", device="cpu")
 
-    def generate(self, messages, sampling, spec, *, cache=DEFAULT_CACHE, cancel=None, prediction=""):
-        self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache, prediction=prediction))
+    def generate(self, messages, sampling, spec, *, cache=DEFAULT_CACHE, cancel=None, prediction="", memory_scope=""):
+        self.calls.append(dict(messages=messages, sampling=sampling, spec=spec, cache=cache, prediction=prediction,
+                               memory_scope=memory_scope))
         if not messages[-1]["content"].strip():
             raise EmptyPromptError("the message is empty: type something to ask")
         yield CacheEvent("off")

@@ -15,7 +15,7 @@ def test_fakes_and_the_engine_have_exactly_the_surface():
     an app that called anything else on the engine would fail here, with the fakes."""
     assert set(SURFACE_MEMBERS) == {"load_pair", "info", "set_verify_mode", "generate", "generate_reference", "explain_divergence",
                                     "prove_fp32", "cache_info", "cache_stats", "cache_entries", "cache_delete",
-                                    "cache_clear", "run_experiment", "pair_doctor", "remeasure", "wait_measured"}
+                                    "cache_clear", "memory_clear", "run_experiment", "pair_doctor", "remeasure", "wait_measured"}
     for cls in (ChatEngine, FakeEngine, RaceEngine, PiecesEngine):
         assert surface_problems(cls) == [], cls
     for fake in (FakeEngine([]), RaceEngine([]), PiecesEngine()):

@@ -15,7 +15,8 @@ PEER_MODES: dict[str, str | None] = {"llama-cpp": None, "llama-cpp-spec": "draft
 
 def llama_cpp_mode(server: LlamaServer) -> Callable:
     """A bench mode (bench.speed.mode_runs' contract) asking a running llama-server for the same prompt tokens,
-    greedy, same max tokens; a warm call lets the server keep and reuse its prompt (``cache_prompt``).
+    greedy, same max tokens; a warm call lets the server keep and reuse its prompt (``cache_prompt``). A mode that
+    keeps state across requests (``ngram-mod``'s n-gram table) has a ``forget`` the bench calls before each run.
 
     The server's timings put the first token inside ``prompt_ms`` and time the rest as ``predicted_ms``, so the
     time to first token is the client's seconds less ``predicted_ms`` (the HTTP round trip counts as waiting, as
@@ -35,6 +36,8 @@ def llama_cpp_mode(server: LlamaServer) -> Callable:
                 "acceptance_rate": timings.get("draft_n_accepted", 0) / drafted if drafted else None,
                 "server_tokens_per_s": timings.get("predicted_per_second"),
                 "server_prompt_ms": timings.get("prompt_ms"), "server_prompt_cached": timings.get("cache_n")}
+    if server.config.spec_type == "ngram-mod":  # its table outlives requests: each run starts it anew
+        run.forget = server.restart
     return run
 
 

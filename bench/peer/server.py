@@ -108,6 +108,14 @@ class LlamaServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def restart(self) -> None:
+        """Stop the server and start it again: it remembers nothing of earlier requests (``ngram-mod`` keeps its
+        n-gram table across requests, a prompt cache keeps prompts)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+        self.__enter__()
+
     def __enter__(self) -> LlamaServer:
         self.port = free_port()
         self.process = subprocess.Popen(server_command(self.config, self.port), stdout=self.log,

@@ -31,7 +31,7 @@ class ModeCall:
     messages: list[dict]
     sampling: SamplingConfig
     spec: SpecConfig
-    item: dict  # the prompt file's row: id, kind, prompt (and a paraphrase for cache-verify)
+    item: dict  # the prompt file's row: id, kind, prompt (a paraphrase for cache-verify, a history for related work)
     warm: bool = False
 
     def primer(self) -> ModeCall:
@@ -39,6 +39,13 @@ class ModeCall:
         second step has room for a draft and the draft model sees the prompt too (with one, only the target would,
         and a speculative mode's warm first token would still pay the draft's prefill)."""
         return replace(self, sampling=replace(self.sampling, max_new_tokens=PRIMER_TOKENS))
+
+    def history(self) -> ModeCall | None:
+        """The untimed earlier request of a related item (its ``history``: a prompt whose answer the timed one's
+        repeats, not in the timed prompt), run in full by the same mode first; None for other items."""
+        if not self.item.get("history"):
+            return None
+        return replace(self, messages=[{"role": "user", "content": self.item["history"]}], warm=False)
 
 
 @dataclass(frozen=True)
@@ -80,10 +87,12 @@ def decode_rate(new_tokens: int, seconds: float, ttft_s: float | None) -> float 
     return (new_tokens - 1) / (seconds - ttft_s)
 
 
-def forget_prompts(engine: ChatEngine) -> None:
+def forget_prompts(engine: ChatEngine, memory: bool = True) -> None:
     """The state a new request finds: no pooled llama.cpp context holds a prompt (a torch runner starts empty
-    anyway), so no mode resumes a prefill that another mode paid for, and no earlier answer is remembered."""
-    engine.memory_clear()
+    anyway), so no mode resumes a prefill that another mode paid for, and (``memory``) no earlier answer is
+    remembered."""
+    if memory:
+        engine.memory_clear()
     pair = engine.slot.pair
     for loaded in pair.models if pair else ():
         getattr(loaded.backend, "forget_prompts", lambda: None)()

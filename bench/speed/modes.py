@@ -80,9 +80,15 @@ def rotated(modes: list[str], repeat: int) -> list[str]:
 
 
 def _timed_run(runner: Callable, mode: str, call: ModeCall, reference: list[int] | None) -> tuple[dict, list[int]]:
-    """One run from its start state (fresh, no pooled context holds a prompt; warm, the mode's own untimed primer
-    run of the same prompt put it there, as a chat's next turn finds its context): its record, and its tokens."""
+    """One run from its start state (fresh, no pooled context holds a prompt and no mode remembers an earlier request;
+    warm, the mode's own untimed primer run of the same prompt put it there, as a chat's next turn finds its context;
+    a related item's ``history``, the mode answered that earlier request first, untimed): its record, and its
+    tokens."""
     forget_prompts(call.engine)
+    getattr(runner, "forget", lambda: None)()  # a peer that keeps state across requests starts anew
+    if call.history() is not None:
+        runner(call.history())
+        forget_prompts(call.engine, memory=False)  # the earlier request's prompt is not this one's: only memory stays
     if call.warm:
         runner(call.primer())
     start = time.perf_counter()

@@ -206,7 +206,7 @@ def test_forgetting_the_pools_prompts_gives_the_next_runner_an_empty_context(smo
     assert fresh.tokens == [] and fresh.cache_len() == 0
     del fresh
     gc.collect()
-    forget_prompts(SimpleNamespace(slot=SimpleNamespace(pair=None)))  # no pair loaded: nothing to forget
+    forget_prompts(SimpleNamespace(slot=SimpleNamespace(pair=None), memory_clear=lambda: None))  # no pair: nothing
 
 
 class _PinnedFreeSpans(FixedK):
@@ -217,7 +217,7 @@ class _PinnedFreeSpans(FixedK):
         super().__init__(0)
         self.span = span
 
-    def free_limit(self) -> int | None:
+    def free_limit(self, evidence: str = "") -> int | None:
         return self.span
 
 

@@ -87,6 +87,27 @@ def test_a_warm_run_primes_the_mode_with_the_prompt_first_and_a_fresh_one_forget
     assert run["ttft_s"] == 0.5 and run["decode_tokens_per_s"] == 2 / 1.5 and run["tokens_per_s"] == 1.5
 
 
+def test_a_related_item_runs_its_history_first_untimed_and_only_the_memory_of_it_stays():
+    """The earlier request is answered by the same mode first (its memory, a peer's table, hold it), then the pooled
+    prompts are emptied but not the memory, and the second request is timed; a peer with state starts anew first."""
+    calls, memory, restarted = [], [], []
+    backend = SimpleNamespace(forget_prompts=lambda: calls.append("forget prompts"))
+    engine = SimpleNamespace(slot=SimpleNamespace(pair=SimpleNamespace(models=[SimpleNamespace(backend=backend)])),
+                             memory_clear=lambda: calls.append("forget memory"))
+
+    def runner(call):
+        calls.append(call.messages[0]["content"])
+        return {"tokens": [1, 2], "seconds": 1.0, "ttft_s": 0.2}
+    runner.forget = lambda: calls.append("restart")
+
+    item = {"id": "r", "kind": "related", "history": "first", "prompt": "second"}
+    call = ModeCall(engine, [{"role": "user", "content": "second"}], SamplingConfig(max_new_tokens=8), SpecConfig(),
+                    item)
+    run, _ = _timed_run(runner, "default", call, reference=[1, 2])
+    assert calls == ["forget memory", "forget prompts", "restart", "first", "forget prompts", "second"]
+    assert run["seconds"] == 1.0 and run["kind"] == "related"
+
+
 @pytest.mark.parametrize("warm", [False, True])
 def test_every_run_of_every_mode_has_its_ttft_and_decode_rate_in_the_rotated_order(tiny_engine, warm):
     modes = ["target", "spec", "default", "hf-assisted"]

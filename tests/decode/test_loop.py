@@ -71,7 +71,7 @@ class ScriptedK:
     def choose(self, remaining=None):
         return next(self.choices)
 
-    def free_limit(self):
+    def free_limit(self, evidence=""):
         return None
 
     def update(self, step):

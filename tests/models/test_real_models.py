@@ -75,6 +75,7 @@ def test_default_draft_precision_stays_lossless_with_the_default_spec():
 
 
 def test_smollm2_events_carry_probabilities_and_text(smol_engine):
+    smol_engine.memory_clear()  # earlier tests asked the same prompt: only the draft model drafts here (q from it)
     events = done(smol_engine.generate([{"role": "user", "content": PROMPTS[0]}], SamplingConfig(max_new_tokens=30),
                                        SpecConfig(k=4)))
     tokens = [e for e in events if e.type == "token"]

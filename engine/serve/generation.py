@@ -58,11 +58,14 @@ def answer(pair: Pair, cache: SemanticCache | None, lock: ModelLock, request: Ch
         yield from cached_chat.serve(hit, stream, cache)
         return
     cached_answer = tuple(hit.answer_token_ids) if hit.outcome == "verified" else ()  # the draft; the target decides
+    # greedy requests only: a seeded sampled answer is reproducible when its drafts are (rejection sampling draws
+    # from the generator as its drafts go), and a memory changes with every answer
     memory = memories.get(pair.target.name, request.memory_scope) if memories is not None else None
+    drafting_memory = memory if request.sampling.greedy else None
     decode = start_speculative(pair.target, pair.draft, prompt_ids, request.sampling, request.spec, costs=pair.costs,
                                cached_answer=cached_answer, prediction=tuple(prediction), stream=stream,
                                cancel=request.cancel, width_cap=pair.verify.width_cap,
-                               measuring=pair.checks is None, memory=memory)
+                               measuring=pair.checks is None, memory=drafting_memory)
     for event in lock.stepwise(decode, pair.models, "while generating"):
         if event.type == "done":
             if memory is not None:

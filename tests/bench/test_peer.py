@@ -117,3 +117,29 @@ def test_a_warm_peer_run_reuses_the_prompt_its_primer_left_in_the_slot(llama_ser
     assert peer["mode"] == "llama-cpp" and peer["server_prompt_cached"] == len(smol_engine.encode(
         [{"role": "user", "content": prompts[0]["prompt"]}])) - 1
     assert 0 < peer["ttft_s"] < peer["seconds"] and peer["decode_tokens_per_s"] > 0
+
+
+@pytest.mark.real
+def test_a_related_item_runs_its_history_first_and_the_ngram_peer_starts_anew_for_every_run(llama_server_binary,
+                                                                                            smol_engine):
+    """bench/prompts/related.jsonl's kind: every mode answers the history, then the timed prompt; the ngram-mod
+    server is restarted before every run (a new process on a new port), so its table holds only what the run asked."""
+    from bench.speed.modes import run_bench
+    from engine.config import SpecConfig
+
+    item = {"id": "rel", "kind": "related", "history": "Name three colours of the rainbow.",
+            "prompt": "Name three colours of the rainbow, then two more."}
+    with ExitStack() as stack:
+        runners = start_peers(stack, ["target", "default", "llama-cpp-ngram"], SMOL, SMOL, str(llama_server_binary),
+                              threads=1)
+        ngram = runners["llama-cpp-ngram"]
+        server = ngram.forget.__self__
+        ports = []
+        forget = ngram.forget
+        ngram.forget = lambda: (forget(), ports.append(server.port))
+        result = run_bench(smol_engine, [item], ["target", "default", "llama-cpp-ngram"], SpecConfig(),
+                           max_new_tokens=12, runners=runners, repeats=2)
+    assert len(ports) == 2 and len(set(ports)) == 2  # each repeat's timed run: a new server each time
+    runs = result["runs"]
+    assert [r["mode"] for r in runs if r["repeat"] == 0] == ["target", "default", "llama-cpp-ngram"]
+    assert all(r["kind"] == "related" and r["new_tokens"] > 0 for r in runs)

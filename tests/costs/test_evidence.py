@@ -4,28 +4,14 @@ source and evidence class learns apart. Fixed costs: the decisions a machine wit
 from __future__ import annotations
 
 from engine.config import SamplingConfig
-from engine.costs.costmodel import StepCosts
-from engine.costs.kpolicy import FixedK, FreeDrafts, StepRecord
+from engine.costs.kpolicy import FreeDrafts, StepRecord
 from engine.decode.reference import reference_generate
 from engine.decode.speculative import speculative_generate
 from engine.decode.stream import TokenStream
 from engine.proposers import NgramProposer
 from engine.proposers.prediction import PredictionProposer
+from tests.helpers.curves import CURVE, OnThisCurve
 from tests.helpers.tiny import cached, run, tiny_pair
-
-ONE = 0.06  # seconds of a one-token forward
-# t(n) in one-token forwards as llama-bench measured it on a 2-core Zen 3 (AVX2): the tiled path's bump at 8 kept
-ZEN3 = ((1, 1.0), (2, 1.45), (4, 2.3), (8, 6.7), (16, 6.5), (32, 11.0), (64, 18.0))
-CURVE = StepCosts(verify_fixed_s=ONE, verify_per_token_s=0.0, draft_per_token_s=0.0,
-                  verify_table=tuple((n, t * ONE) for n, t in ZEN3))
-
-
-class OnThisCurve(FixedK):
-    """A fixed k (free drafts up to 64) with its costs held at CURVE."""
-
-    @property
-    def costs(self):
-        return CURVE
 
 
 def free_step(evidence: str, drafted: int, accepted: int) -> StepRecord:

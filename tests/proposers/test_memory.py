@@ -9,7 +9,7 @@ from engine.decode.stream import TokenStream
 from engine.events import final_done
 from engine.proposers import NgramProposer
 from engine.proposers.memory import KEY, AnswerMemory, MemoryProposer
-from tests.costs.test_evidence import OnThisCurve
+from tests.helpers.curves import OnThisCurve
 from tests.helpers.tiny import cached, run, tiny_pair
 
 
@@ -87,3 +87,17 @@ def test_the_engine_remembers_each_scope_apart_and_forgets_on_request():
 def memory_holds(memory: AnswerMemory, tokens: list[int]) -> bool:
     found = memory.match(tokens[:-1])
     return found is not None and memory.text(found[0], found[1], 1) == tokens[-1:]
+
+
+def test_a_seeded_sampled_answer_is_the_same_again_though_the_memory_holds_the_first():
+    """The memory drafts greedy requests only: rejection sampling draws from the seeded generator as its drafts go,
+    so a remembered first answer would make the second draw another sample."""
+    from engine.chat_engine import ChatEngine
+    engine = ChatEngine(measure_beside=False)
+    engine.use_models(*tiny_pair(8))
+    messages = [{"role": "user", "content": "tell me something"}]
+    sampling = SamplingConfig(max_new_tokens=24, temperature=0.9, seed=3, stop_on_eos=False)
+    first = final_done(engine.generate(messages, sampling, DEFAULT_SPEC, cache=CACHE_OFF))
+    again = final_done(engine.generate(messages, sampling, DEFAULT_SPEC, cache=CACHE_OFF))
+    assert len(engine.memories.get(engine.target.name)) == 1  # the sampled answer joined the memory
+    assert again.token_ids == first.token_ids and again.stats.of_source("memory").proposed == 0

@@ -1,0 +1,19 @@
+"""A measured verify curve held fixed, so a test asserts the decisions a machine with that curve makes (no clock)."""
+from __future__ import annotations
+
+from engine.costs.costmodel import StepCosts
+from engine.costs.kpolicy import FixedK
+
+ONE = 0.06  # seconds of a one-token forward
+# t(n) in one-token forwards as llama-bench measured it on a 2-core Zen 3 (AVX2): the tiled path's bump at 8 kept
+ZEN3 = ((1, 1.0), (2, 1.45), (4, 2.3), (8, 6.7), (16, 6.5), (32, 11.0), (64, 18.0))
+CURVE = StepCosts(verify_fixed_s=ONE, verify_per_token_s=0.0, draft_per_token_s=0.0,
+                  verify_table=tuple((n, t * ONE) for n, t in ZEN3))
+
+
+class OnThisCurve(FixedK):
+    """A fixed k (free drafts up to 64) with its costs held at CURVE."""
+
+    @property
+    def costs(self):
+        return CURVE

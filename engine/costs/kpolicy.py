@@ -125,21 +125,24 @@ class FreeDrafts:
             prior = (source.alpha(*self.PRIOR), self.PRIOR[1]) if source else self.PRIOR
         return self._counts(self.classes, evidence).alpha(*prior)
 
-    def limit(self, costs: StepCosts | None, evidence: str = "") -> int | None:
-        """The free-draft length with the most expected tokens per second for a draft of class ``evidence``, 0 where
-        none beats a target-only step (then now and then a probe, so its acceptance stays measured: the shortest span
-        that would pay if ALPHA_CEILING of it were right; none where no span could); None until costs are known."""
+    def limit(self, costs: StepCosts | None, evidence: str = "", most: int = FREE_SPAN) -> int | None:
+        """The free-draft length (up to ``most``: the draft's length, the room) with the most expected tokens per
+        second for a draft of class ``evidence``, 0 where none beats a target-only step (then now and then a probe,
+        so its acceptance stays measured: the shortest span that would pay if ALPHA_CEILING of it were right; none
+        where no span could); None until costs are known. Priced among the lengths that can be kept: where the curve
+        has a bump (t(8) above t(16)), the best of all lengths cut to ``most`` may be one of the worst."""
         if costs is None:
             return None
+        most = min(most, self.MOST)
         free = replace(costs, draft_per_token_s=0.0)
-        best = free.best_k(self.alpha(evidence), list(range(self.MOST + 1)))
+        best = free.best_k(self.alpha(evidence), list(range(most + 1)))
         probes = self._counts(self.classes, evidence).probes
         if best:
             probes.paid()
             return best
         if not probes.due():  # most losing steps: no pricing of a probe on the token loop
             return 0
-        return next((k for k in range(1, self.MOST + 1) if free.speedup(ALPHA_CEILING, k) > 1.0), 0)
+        return next((k for k in range(1, most + 1) if free.speedup(ALPHA_CEILING, k) > 1.0), 0)
 
     def update(self, step: StepRecord) -> None:
         if step.free and step.n_drafted:
@@ -158,7 +161,8 @@ class KChoice:
 class KPolicy(Protocol):
     def choose(self, remaining: int | None = None) -> KChoice: ...  # remaining: tokens the answer may still have
 
-    def free_limit(self, evidence: str = "") -> int | None: ...  # asked once per free draft, with its evidence class
+    # asked once per free draft, with its evidence class and the longest it could be kept (its length, the room)
+    def free_limit(self, evidence: str = "", most: int = FREE_SPAN) -> int | None: ...
 
     def update(self, step: StepRecord) -> None: ...
 
@@ -175,9 +179,9 @@ class FixedK:
     def choose(self, remaining: int | None = None) -> KChoice:
         return KChoice(self.k)
 
-    def free_limit(self, evidence: str = "") -> int | None:
+    def free_limit(self, evidence: str = "", most: int = FREE_SPAN) -> int | None:
         """Free drafts are priced as under the adaptive policy, by their evidence (``FreeDrafts``)."""
-        return self.free.limit(self.costs, evidence)
+        return self.free.limit(self.costs, evidence, most)
 
     def update(self, step: StepRecord) -> None:
         """A fixed k records the costs (for the stats, and to price free drafts)."""
@@ -236,9 +240,9 @@ class AdaptiveK:
             return 0
         return best
 
-    def free_limit(self, evidence: str = "") -> int | None:
+    def free_limit(self, evidence: str = "", most: int = FREE_SPAN) -> int | None:
         """How long a free draft of class ``evidence`` may be (``FreeDrafts.limit``): 0 where none pays."""
-        return self.free.limit(self.costs, evidence)
+        return self.free.limit(self.costs, evidence, most)
 
     def update(self, step: StepRecord) -> None:
         """Feedback from one step: its timings feed the cost model, its acceptance the alpha of its kind of
@@ -270,7 +274,7 @@ class Waiting:
     def choose(self, remaining: int | None = None) -> KChoice:
         return KChoice(0, fallback=True, waiting=True)
 
-    def free_limit(self, evidence: str = "") -> int | None:
+    def free_limit(self, evidence: str = "", most: int = FREE_SPAN) -> int | None:
         return 0
 
     def update(self, step: StepRecord) -> None:

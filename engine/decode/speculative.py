@@ -66,9 +66,10 @@ def _propose(proposer: Proposer, k_policy: KPolicy, context: list[int], k: int,
     A free (one-hot) draft may be longer than ``k``: it costs nothing to make, but each token widens the verify
     forward, so the k policy prices it and may cut it (to 0: a target-only step). Also what it cut (None: no cut)."""
     draft = proposer.propose(context, min(k, room))
-    limit = k_policy.free_limit(draft.evidence_class) if draft.free else None
-    kept = draft.truncate(room if limit is None else min(room, limit))
-    if limit is None or len(kept) >= min(len(draft), room):
+    most = min(len(draft), room)  # the longest it can be kept: the k policy prices only the lengths it could keep
+    limit = k_policy.free_limit(draft.evidence_class, most) if draft.free else None
+    kept = draft.truncate(most if limit is None else min(most, limit))
+    if limit is None or len(kept) >= most:
         return kept, None
     costs = k_policy.costs
     return kept, DraftCut(proposer.name, len(draft), len(kept), costs.verify_per_token_s if costs else None)

@@ -67,7 +67,7 @@ class AnswerMemory:
     def _drop_oldest(self) -> None:
         text_id, tokens = self._texts.popitem(last=False)
         self.tokens -= len(tokens)
-        self._seen = {h: i for h, i in self._seen.items() if i != text_id}
+        del self._seen[hash(tuple(tokens))]
         for i in range(KEY, len(tokens)):
             key = tuple(tokens[i - KEY:i])
             kept = [entry for entry in self._index.get(key, ()) if entry[0] != text_id]

@@ -11,12 +11,6 @@ from engine.config import SamplingConfig
 from engine.decode.draft import EMPTY_DRAFT, Draft
 
 
-def ngram_lookup(context: list[int], k: int, max_ngram: int = 4, min_ngram: int = 2,
-                 source: list[int] | None = None) -> list[int]:
-    """The tokens of :func:`ngram_match`."""
-    return ngram_match(context, k, max_ngram, min_ngram, source)[0]
-
-
 def ngram_match(context: list[int], k: int, max_ngram: int = 4, min_ngram: int = 2,
                 source: list[int] | None = None) -> tuple[list[int], int]:
     """Up to ``k`` tokens that followed the latest occurrence of the longest matching suffix n-gram of

@@ -18,13 +18,6 @@ from engine.config import FREE_SPAN, SamplingConfig
 from engine.decode.draft import Draft, Proposer
 
 
-def find_place(context: list[int], prediction: list[int], anchor: int, min_ngram: int = 3,
-               max_ngram: int = 8) -> int | None:
-    """Where in ``prediction`` the text continues after ``context`` (:func:`find_match`'s place)."""
-    found = find_match(context, prediction, anchor, min_ngram, max_ngram)
-    return None if found is None else found[0]
-
-
 def find_match(context: list[int], prediction: list[int], anchor: int, min_ngram: int = 3,
                max_ngram: int = 8) -> tuple[int, int] | None:
     """Where in ``prediction`` the text continues after ``context``: just past an occurrence of the longest

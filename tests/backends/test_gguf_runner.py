@@ -217,7 +217,7 @@ class _PinnedFreeSpans(FixedK):
         super().__init__(0)
         self.span = span
 
-    def free_limit(self, evidence: str = "") -> int | None:
+    def free_limit(self, evidence: str = "", most: int = 64) -> int | None:
         return self.span
 
 

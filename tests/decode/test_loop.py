@@ -71,7 +71,7 @@ class ScriptedK:
     def choose(self, remaining=None):
         return next(self.choices)
 
-    def free_limit(self, evidence=""):
+    def free_limit(self, evidence="", most=64):
         return None
 
     def update(self, step):

@@ -10,7 +10,7 @@ from engine.costs.kpolicy import FixedK
 from engine.events import final_done
 from engine.models.loading import wrap_model
 from engine.proposers import DraftModelProposer, NgramProposer
-from engine.proposers.prediction import PredictionProposer, find_place
+from engine.proposers.prediction import PredictionProposer, find_match
 from engine.start.decoders import start_speculative
 from tests.helpers.tiny import (ByteTokenizer, cached, exact_sequence_probs, reference_done, sequence_distribution,
                                 speculative_done, tiny_model, tiny_pair, total_variation)
@@ -26,13 +26,13 @@ def _proposer(prediction, span=3):
 
 def test_find_place_takes_the_longest_suffix_and_the_first_occurrence_from_the_anchor():
     prediction = [7, 8, 9, 1, 7, 8, 9, 2, 7, 8, 9, 3]
-    assert find_place([5, 7, 8, 9], prediction, anchor=0) == 3  # three occurrences: the first from the anchor
-    assert find_place([5, 7, 8, 9], prediction, anchor=5) == 7
-    assert find_place([5, 7, 8, 9], prediction, anchor=12) == 3  # none after it: the first anywhere
-    assert find_place([1, 7, 8, 9], prediction, anchor=9) == 7  # a longer n-gram is more specific than the anchor
-    assert find_place([8, 9, 3], prediction, anchor=0) is None  # at the end: nothing left to propose
-    assert find_place([4, 5, 6], prediction, anchor=0) is None
-    assert find_place([8, 9], prediction, anchor=0) is None  # shorter than min_ngram
+    assert find_match([5, 7, 8, 9], prediction, anchor=0)[0] == 3  # three occurrences: the first from the anchor
+    assert find_match([5, 7, 8, 9], prediction, anchor=5)[0] == 7
+    assert find_match([5, 7, 8, 9], prediction, anchor=12)[0] == 3  # none after it: the first anywhere
+    assert find_match([1, 7, 8, 9], prediction, anchor=9)[0] == 7  # a longer n-gram is more specific than the anchor
+    assert find_match([8, 9, 3], prediction, anchor=0) is None  # at the end: nothing left to propose
+    assert find_match([4, 5, 6], prediction, anchor=0) is None
+    assert find_match([8, 9], prediction, anchor=0) is None  # shorter than min_ngram
 
 
 def test_the_prediction_is_followed_then_found_again_after_the_answer_departs():

@@ -13,7 +13,7 @@ from engine.models.loading import wrap_model
 from engine.proposers import (CONFIDENCE_CUTOFF, HEAD_TOKENS, PROPOSERS, DraftModelProposer, HybridProposer,
                               NgramProposer)
 from engine.proposers.cached_answer import CachedAnswerProposer
-from engine.proposers.ngram import ngram_lookup
+from engine.proposers.ngram import ngram_match
 from engine.start.decoders import start_speculative
 from tests.helpers.tiny import (ByteTokenizer, DraftRunners, cached, exact_sequence_probs, reference_done,
                         sequence_distribution, speculative_done, tiny_model, tiny_pair, total_variation)
@@ -21,9 +21,9 @@ from tests.helpers.tiny import (ByteTokenizer, DraftRunners, cached, exact_seque
 
 def test_ngram_lookup_continues_the_latest_longest_match():
     context = [1, 2, 3, 9, 1, 2, 3, 7, 8, 5, 1, 2, 3]
-    assert ngram_lookup(context, 2) == [7, 8]  # latest earlier "1 2 3" is followed by 7 8
-    assert ngram_lookup([4, 5, 6], 3) == []
-    assert ngram_lookup([1, 2, 3, 4], 3, source=[0, 3, 4, 5, 6, 7]) == [5, 6, 7]
+    assert ngram_match(context, 2)[0] == [7, 8]  # latest earlier "1 2 3" is followed by 7 8
+    assert ngram_match([4, 5, 6], 3)[0] == []
+    assert ngram_match([1, 2, 3, 4], 3, source=[0, 3, 4, 5, 6, 7])[0] == [5, 6, 7]
 
 
 def brute_force_lookup(context, k, max_ngram=4, min_ngram=2, source=None):
@@ -57,7 +57,7 @@ def brute_force_lookup(context, k, max_ngram=4, min_ngram=2, source=None):
 ])
 def test_ngram_lookup_edge_cases(context, k, ngrams, source, expected):
     max_ngram, min_ngram = ngrams
-    assert ngram_lookup(context, k, max_ngram, min_ngram, source) == expected
+    assert ngram_match(context, k, max_ngram, min_ngram, source)[0] == expected
     assert brute_force_lookup(context, k, max_ngram, min_ngram, source) == expected
 
 
@@ -70,7 +70,7 @@ def test_ngram_lookup_equals_brute_force_on_random_sequences():
         k, max_ngram = rng.randint(0, 8), rng.randint(1, 6)
         min_ngram = rng.randint(1, max_ngram)
         args = (context, k, max_ngram, min_ngram, source)
-        assert ngram_lookup(*args) == brute_force_lookup(*args), args
+        assert ngram_match(*args)[0] == brute_force_lookup(*args), args
 
 
 def test_cached_answer_proposer_follows_then_realigns_after_a_correction():

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import errno
+import faulthandler
 import ipaddress
 import os
+import signal
 import socket
 import sys
 import threading
@@ -250,6 +252,8 @@ def bind_port(host: str, port: int) -> socket.socket:
 
 def main(argv: list[str] | None = None) -> None:
     _no_phoning_home()
+    if hasattr(signal, "SIGUSR1"):  # `kill -USR1 <pid>`: every thread's stack on stderr (a stuck answer, a slow load)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     args = parse_args(argv)
     cache_dir = choose_cache_dir(args.cache_dir)
     if warning := exposure_warning(args.host, args.api_key):

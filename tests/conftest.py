@@ -23,6 +23,14 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.fast)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each phase's report on the item (``item.rep_call``): a fixture's teardown can tell that its test failed."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
 @pytest.fixture(scope="module", params=SERVERS)
 def redis_kind(request) -> str:
     """Each Redis test runs on both servers: "redis7" (in-memory index), "redis8" (vector sets)."""

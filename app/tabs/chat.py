@@ -183,9 +183,9 @@ def _live(question: str, turn: Turn, answer: str | None = None) -> str:
 def join_answer(tab: ChatTab, pending: dict | None) -> dict:
     """The finished answer joins the chat in one update: the chat and its states take it, the live box empties, and
     the plots draw once (a plot redraw costs the browser most). Nothing when no answer finished (an error, a
-    cancelled stream, Clear)."""
+    cancelled stream, Clear): only the empty slot is written again (Gradio refuses an empty dict as a partial update)."""
     if not pending:
-        return {}
+        return {tab.pending: None}
     return {tab.chatbot: pending["shown"], tab.live: "", tab.shown: pending["shown"], tab.history: pending["history"],
             tab.trace: pending["trace"], tab.accept_plot: acceptance_frame(pending["stats"]),
             tab.speed_plot: speedup_frame(pending["stats"], pending["baseline"]), tab.pending: None}

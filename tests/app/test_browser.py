@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, needs_chromium
 from tests.helpers.constants import SMOL
-from tests.helpers.server import SMOL_PAIR, launched
+from tests.helpers.server import SMOL_PAIR, launched, server_report
 
 PAIR = SMOL_PAIR
 ANSWER_S = 120
@@ -41,9 +41,9 @@ def browser():
 
 
 @pytest.fixture
-def page(server, browser):
+def page(server, browser, request):
     """A fresh tab (and browser session) for each test; any JavaScript dialog (alert) is an injection and
-    fails the test."""
+    fails the test. A failed test prints what the app was doing (its threads' stacks, its log)."""
     context = browser.new_context(viewport={"width": 1500, "height": 1000})
     p = context.new_page()
     p.dialogs = []
@@ -51,6 +51,8 @@ def page(server, browser):
     p.goto(server)
     p.wait_for_selector("#msg textarea", timeout=60_000)
     yield p
+    if getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed:
+        print(server_report(server))
     context.close()
     assert p.dialogs == [], f"a JavaScript dialog opened: {p.dialogs}"
 

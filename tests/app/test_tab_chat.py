@@ -36,7 +36,7 @@ def test_stream_answer_shows_engine_errors_and_changes_nothing(tmp_path):
         updates = list(stream_answer(ctx, TAB, history=[], shown=[], prompt="   ", settings=UISettings(),
                                      session="s1"))
     assert len(updates) == 1 and "the message is empty" in updates[0]["error_box"]
-    assert "pending" not in updates[0] and join_answer(TAB, None) == {}  # nothing joins the chat
+    assert "pending" not in updates[0] and join_answer(TAB, None) == {TAB.pending: None}  # nothing joins the chat
 
 
 def test_stop_decides_from_the_running_generation_not_the_html(tmp_path):

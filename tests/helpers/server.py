@@ -1,6 +1,7 @@
 """Start a real ``launch.py`` for a test module: a free port, a fresh --cache-dir, the converted weights reused."""
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
@@ -64,6 +65,22 @@ def wait_for_figures(url: str, proc: subprocess.Popen, log: Path) -> None:
     pytest.fail(f"launch.py's figures were not in within {STARTUP_S} s:\n{log.read_text()[-3000:]}")
 
 
+RUNNING: dict[str, tuple[subprocess.Popen, Path]] = {}  # url -> a launched app's process and log
+
+
+def server_report(url: str, lines: int = 80) -> str:
+    """What a launched app was doing, for a failed test's report: every thread's stack (launch.py dumps them on
+    SIGUSR1) and the log's last ``lines``, its status lines first."""
+    proc, log = RUNNING[url]
+    if proc.poll() is None and hasattr(signal, "SIGUSR1"):
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+    text = log.read_text(errors="replace").splitlines()
+    status = [line[:300] for line in text if line.startswith("[speclens]")]
+    return "\n".join(["launch.py's status lines:", *status, f"... its last {lines} lines:",
+                      *(line[:300] for line in text[-lines:])])
+
+
 @contextmanager
 def launched(cache_dir: Path, *args: str, figures: bool = True):
     """``launch.py --no-browser`` with ``args`` on a free port; yields its URL (ending in "/") once it serves and,
@@ -74,12 +91,14 @@ def launched(cache_dir: Path, *args: str, figures: bool = True):
         proc = subprocess.Popen([sys.executable, "launch.py", "--no-browser", "--port", str(port), *args,
                                  "--cache-dir", str(cache_dir)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
+    RUNNING[url] = (proc, log)
     try:
         wait_for_server(url, proc, log)
         if figures:
             wait_for_figures(url, proc, log)
         yield url
     finally:
+        RUNNING.pop(url, None)
         proc.terminate()
         try:
             proc.wait(timeout=20)

@@ -252,8 +252,6 @@ def bind_port(host: str, port: int) -> socket.socket:
 
 def main(argv: list[str] | None = None) -> None:
     _no_phoning_home()
-    if hasattr(signal, "SIGUSR1"):  # `kill -USR1 <pid>`: every thread's stack on stderr (a stuck answer, a slow load)
-        faulthandler.register(signal.SIGUSR1, all_threads=True)
     args = parse_args(argv)
     cache_dir = choose_cache_dir(args.cache_dir)
     if warning := exposure_warning(args.host, args.api_key):
@@ -298,4 +296,5 @@ def _when_started(server, line: str, browse: str | None) -> None:
 
 
 if __name__ == "__main__":
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: every thread's stack on stderr
     main()

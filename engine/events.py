@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 from engine.costs.costmodel import StepCosts
-from engine.costs.kpolicy import StepRecord
 
 TOKEN_KINDS = ("accepted", "corrected", "bonus", "plain", "cached")
 
@@ -75,7 +74,7 @@ class Acceptance:
     accepted_by_pos: tuple[int, ...] = ()  # accepted_by_pos[i]: drafts whose token i was accepted
     proposed_by_pos: tuple[int, ...] = ()  # proposed_by_pos[i]: drafts that had a token at position i
 
-    def add(self, step: StepRecord) -> Acceptance:
+    def add(self, step) -> Acceptance:  # step: the loop's StepRecord (engine/decode/step.py)
         n, kept = step.n_drafted, step.n_accepted
         return self + Acceptance(1, n, kept, int(step.rejected), (1,) * kept + (0,) * (n - kept), (1,) * n)
 

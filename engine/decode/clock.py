@@ -9,7 +9,7 @@ import time
 
 from engine.decode.draft import Draft
 from engine.backends.contract import Runner
-from engine.costs.kpolicy import StepRecord
+from engine.decode.step import StepRecord
 
 
 class StepClock:
@@ -33,4 +33,4 @@ class StepClock:
         return StepRecord(n_drafted=len(draft), n_accepted=n_accepted, n_fed=n_fed,
                           draft_s=self._proposed - self._start, verify_s=end - self._proposed,
                           free=draft.free, source=draft.source,
-                          evidence=draft.evidence_class if draft.free else "")
+                          evidence=draft.evidence_class if draft.free else "", draft_fed=draft.fed)

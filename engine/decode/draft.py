@@ -1,8 +1,8 @@
 """The proposer interface. A proposer guesses the next tokens; the target decides (engine/decode/verify.py).
 
 Siblings, not subclasses: draft model, n-gram lookup, cached answer, hybrid. Each is a small class with
-``reset`` and ``propose``; the loop in engine/decode/speculative.py only sees this protocol. How many draft
-tokens to ask for is the k policy's business (engine/costs/kpolicy.py, fed by the loop), not the proposer's.
+``reset`` and ``propose``; the loop in engine/decode/speculative.py only sees this protocol. How much to draft
+is the k policy's business (a ``StepBudget``, engine/decode/step.py), not the proposer's.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Protocol
 import torch
 
 from engine.config import SamplingConfig
+from engine.decode.step import StepBudget
 
 
 @dataclass(frozen=True)
@@ -19,10 +20,11 @@ class Draft:
     tokens: list[int]
     q_probs: torch.Tensor | None = None  # (len(tokens), vocab) draft distributions; None = one-hot draft
     source: str = ""  # who drafted it (a proposer's name; a composite proposer's draft names its part)
-    # why known text is drafted, for pricing (engine/costs/kpolicy.py FreeDrafts learns an acceptance per source and
+    # why known text is drafted, for pricing (engine/decode/kpolicy.py FreeDrafts learns an acceptance per source and
     # evidence): "following" (the answer took the source's last span whole and goes on with it), "start" (a
     # prediction's first span), "match-<n>" (found again after an n-token match); "" for a model's draft
     evidence: str = ""
+    fed: int = 0  # tokens a draft model's forwards took to make it: its catch-up, then its drafted tokens but the last
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -37,7 +39,7 @@ class Draft:
         if len(self.tokens) <= n:
             return self
         return Draft(self.tokens[:n], self.q_probs[:n] if self.q_probs is not None else None, self.source,
-                     self.evidence)
+                     self.evidence, self.fed)
 
     @property
     def evidence_class(self) -> str:
@@ -54,6 +56,11 @@ class Proposer(Protocol):
     def reset(self, prompt_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
         """Start a new generation for this prompt."""
 
-    def propose(self, context_ids: list[int], k: int) -> Draft:
-        """Up to ``k`` tokens that may follow ``context_ids`` (prompt + everything emitted so far). Within one
-        generation each call's context extends the previous call's: the loop only appends."""
+    def propose(self, context_ids: list[int], budget: StepBudget) -> Draft:
+        """Tokens that may follow ``context_ids`` (prompt + everything emitted so far): a draft model's up to
+        ``budget.k``, known text's up to ``budget.span``. Within one generation each call's context extends the
+        previous call's: the loop only appends."""
+
+    def behind(self, context_ids: list[int]) -> int:
+        """Tokens a draft model would feed before its first drafted token beyond the one every step feeds (its
+        catch-up: the prompt it has not seen, the target's tokens since it last drafted); 0 without a draft model."""

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import torch
 
 from engine.config import SamplingConfig
-from engine.events import DraftCut, Event, TokenEvent
-from engine.costs.kpolicy import FixedK, KChoice, KPolicy, StepRecord
+from engine.events import Event, TokenEvent
+from engine.decode.kpolicy import KPolicy
 from engine.decode.clock import StepClock
 from engine.backends.contract import Runner
 from engine.decode.draft import Draft, Proposer
@@ -22,33 +22,32 @@ from engine.decode.verify import Verdict, verify_greedy, verify_rejection
 
 
 def speculative_generate(target: Runner, proposer: Proposer, prompt_ids: list[int], stream: TokenStream,
-                         sampling: SamplingConfig, *, k_policy: KPolicy | None = None,
-                         cancel: threading.Event | None = None, max_width: int | None = None) -> Iterator[Event]:
-    """Yield TokenEvents as they are decided, a StatsEvent after each step, and a final DoneEvent. ``max_width``:
-    no forward that carries a draft feeds more tokens (the widest verify measured bit-identical; the prompt's
-    prefill then runs without a draft, as the target-only decoder's does), and the prompt's rows are computed as a
-    fresh prefill computes them (``Runner.resume``'s ``narrow``)."""
-    k_policy = k_policy or FixedK(4)
+                         sampling: SamplingConfig, k_policy: KPolicy, *, cancel: threading.Event | None = None,
+                         narrow: int | None = None) -> Iterator[Event]:
+    """Yield TokenEvents as they are decided, a StatsEvent after each step, and a final DoneEvent. ``k_policy``
+    says once per step what the step may draft (its ``StepBudget``: every cap on a step, the verify width of the
+    identical mode among them). ``narrow``: the prompt's rows are computed as a fresh prefill computes them
+    (``Runner.resume``), where verifies wider than that round differently."""
     generator = make_generator(sampling.seed, target.logits_device)
     proposer.reset(prompt_ids, sampling, generator)
     stats = StatsTracker(proposer=proposer.name)
     context = list(prompt_ids)
-    pos = target.resume(context, narrow=max_width)  # what the target's cache holds of it (gpt-fast's input_pos)
+    pos = target.resume(context, narrow=narrow)  # what the target's cache holds of it (gpt-fast's input_pos)
     while not stream.finished(cancel):
         clock = StepClock(target)
-        # 1. propose (k = 0 asks only for free drafts, e.g. a prompt lookup; a model proposer returns none)
-        choice = k_policy.choose(stream.remaining)
-        room = stream.remaining - 1
-        if max_width:
-            room = max(0, min(room, max_width - (len(context) - pos)))
-        draft, cut = _propose(proposer, k_policy, context, choice.k if room else 0, room=room)
+        # 0. the step's budget: what it may draft, and why
+        budget = k_policy.budget(stream.remaining, unseen=len(context) - pos, behind=proposer.behind(context))
+        # 1. propose, within the budget (a free draft cut to what its evidence pays)
+        draft, cut = budget.keep(proposer.propose(context, budget))
         clock.lap()
         # 2. verify: one target forward over [tokens the target has not seen, *draft]
         fed = context[pos:] + draft.tokens
         p_target = logits_to_probs(target.forward(fed, n_logits=len(draft) + 1), sampling)  # (k+1, vocab)
         # 3. accept
         verdict = _verify(p_target, draft, sampling, generator)
-        _record(clock.step(draft, verdict.n_accepted, len(fed)), choice, k_policy, stats, cut)
+        step = clock.step(draft, verdict.n_accepted, len(fed))
+        k_policy.update(step)
+        stats.record_step(step, budget, k_policy.costs, cut)
         # 4. roll back the target to the accepted prefix (the new token is fed next step)
         pos = len(context) + verdict.n_accepted
         target.rollback(pos)
@@ -58,29 +57,6 @@ def speculative_generate(target: Runner, proposer: Proposer, prompt_ids: list[in
         yield from _emit(stream, draft, verdict, p_target, tops, stats.acceptance.steps - 1)
         yield stats.snapshot(len(stream.token_ids))
     yield stream.done(stats.snapshot(len(stream.token_ids)))
-
-
-def _propose(proposer: Proposer, k_policy: KPolicy, context: list[int], k: int,
-             room: int) -> tuple[Draft, DraftCut | None]:
-    """A draft of up to ``k`` model tokens, never more than ``room`` (tokens beyond it could never be emitted).
-    A free (one-hot) draft may be longer than ``k``: it costs nothing to make, but each token widens the verify
-    forward, so the k policy prices it and may cut it (to 0: a target-only step). Also what it cut (None: no cut)."""
-    draft = proposer.propose(context, min(k, room))
-    most = min(len(draft), room)  # the longest it can be kept: the k policy prices only the lengths it could keep
-    limit = k_policy.free_limit(draft.evidence_class, most) if draft.free else None
-    kept = draft.truncate(most if limit is None else min(most, limit))
-    if limit is None or len(kept) >= most:
-        return kept, None
-    costs = k_policy.costs
-    return kept, DraftCut(proposer.name, len(draft), len(kept), costs.verify_per_token_s if costs else None)
-
-
-def _record(step: StepRecord, choice: KChoice, k_policy: KPolicy, stats: StatsTracker,
-            cut: DraftCut | None = None) -> None:
-    """The step's bookkeeping, in one place: the k policy learns from it, the stats count it (and the free draft
-    it cut, ``cut``)."""
-    k_policy.update(step)
-    stats.record_step(step, fallback=choice.fallback, costs=k_policy.costs, cut=cut, waiting=choice.waiting)
 
 
 def _verify(p_target: torch.Tensor, draft: Draft, sampling: SamplingConfig, generator: torch.Generator) -> Verdict:

@@ -4,10 +4,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from engine.costs.costmodel import StepCosts
-from engine.costs.kpolicy import StepRecord
+from engine.decode.step import StepBudget, StepRecord
 from engine.decode.detok import IncrementalDetokenizer, TokenSpeller
 from engine.events import Acceptance, Candidates, DoneEvent, DraftCut, StatsEvent, TokenEvent
 
@@ -105,16 +105,17 @@ class StatsTracker:
     first_token_s: float | None = None  # seconds from t0 to the end of the step that emitted the first token
     t0: float = field(default_factory=time.perf_counter)
 
-    def record_step(self, step: StepRecord, fallback: bool = False, costs: StepCosts | None = None,
-                    cut: DraftCut | None = None, waiting: bool = False) -> None:
-        """Count one step; ``fallback`` and ``costs`` are the k policy's as of this step (a target-only
-        decoder has none), ``cut`` the free draft it cut in this step, ``waiting`` its wait for the load-time
-        step costs."""
+    def record_step(self, step: StepRecord, budget: StepBudget | None = None, costs: StepCosts | None = None,
+                    cut: DraftCut | None = None) -> None:
+        """Count one step; ``budget`` and ``costs`` are the k policy's as of this step (a target-only decoder has
+        none), ``cut`` the free draft its budget cut in this step (priced here at the fitted verify cost)."""
         self.acceptance = self.acceptance.add(step)
         if step.n_drafted:
             self.by_source[step.source] = self.by_source.get(step.source, Acceptance()).add(step)
         if cut is not None:
-            self.cut_steps, self.latest_cut = self.cut_steps + 1, cut
+            per_token = costs.verify_per_token_s if costs is not None else None
+            self.cut_steps, self.latest_cut = self.cut_steps + 1, replace(cut, verify_per_token_s=per_token)
+        fallback, waiting = (budget.fallback, budget.waiting) if budget is not None else (False, False)
         self.k = step.n_drafted
         self.draft_s += step.draft_s
         self.verify_s += step.verify_s

@@ -62,7 +62,7 @@ def _cpuinfo() -> list[str]:
         return []
 
 
-def _record(done: DoneEvent) -> PromptRun:
+def _prompt_run(done: DoneEvent) -> PromptRun:
     s = done.stats
     return PromptRun(token_ids=tuple(done.token_ids), seconds=s.elapsed_s, acceptance=s.acceptance,
                      cancelled=done.finish_reason == "cancelled")
@@ -70,12 +70,12 @@ def _record(done: DoneEvent) -> PromptRun:
 
 def run_reference(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig,
                   cancel: threading.Event | None) -> PromptRun:
-    return _record(final_done(start_reference(target, prompt_ids, sampling, cancel=cancel)))
+    return _prompt_run(final_done(start_reference(target, prompt_ids, sampling, cancel=cancel)))
 
 
 def run_speculative(target: LoadedModel, draft: LoadedModel, costs: StepCosts, cell: Cell, prompt_ids: list[int],
                     sampling: SamplingConfig, cancel: threading.Event | None) -> PromptRun:
-    return _record(final_done(start_speculative(target, draft, prompt_ids, sampling, cell.spec(), costs=costs,
+    return _prompt_run(final_done(start_speculative(target, draft, prompt_ids, sampling, cell.spec(), costs=costs,
                                                 cancel=cancel)))
 
 

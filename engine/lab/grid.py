@@ -15,7 +15,7 @@ from engine.errors import InvalidSettingError
 from engine.models.prompt import check_text
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 
-ADAPTIVE = "adaptive"  # a k value: the adaptive policy (engine.costs.kpolicy.AdaptiveK), starting at 4
+ADAPTIVE = "adaptive"  # a k value: the adaptive policy (engine.decode.kpolicy.AdaptiveK), starting at 4
 OWN = "own"  # the prompt set made of the user's own prompts
 LAB_PROPOSERS = ("draft", "lookup", "hybrid")
 MAX_CELLS = 96

@@ -186,14 +186,14 @@ class LoadChecks:
     def from_json(cls, data: dict) -> LoadChecks:
         """The record ``to_json`` wrote, as kept figures (JSON's lists back to tuples); KeyError or TypeError for a
         record of another shape."""
-        costs = _record(StepCosts, data["costs"])
+        costs = _from_json(StepCosts, data["costs"])
         if tuple(n for n, _ in costs.verify_table) != STEP_COST_TOKENS:
             raise ValueError(f"verify costs kept for widths {[n for n, _ in costs.verify_table]}: measured again")
-        return cls(costs=costs, identity=_record(IdentityCheck, data["identity"]),
-                   speed=_record(TargetSpeed, data["speed"]), measured_at=data["measured_at"], kept=True)
+        return cls(costs=costs, identity=_from_json(IdentityCheck, data["identity"]),
+                   speed=_from_json(TargetSpeed, data["speed"]), measured_at=data["measured_at"], kept=True)
 
 
-def _record(kind: type, data: dict):
+def _from_json(kind: type, data: dict):
     names = {f.name for f in fields(kind)}
     if set(data) != names:
         raise TypeError(f"a {kind.__name__} record with fields {sorted(data)}")

@@ -13,7 +13,7 @@ import uuid
 
 from engine.errors import EmptyPromptError, InvalidSettingError, PromptTooLongError
 
-ROLES = ("system", "user", "assistant")
+MESSAGE_ROLES = ("system", "user", "assistant")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -33,8 +33,8 @@ def validate_messages(messages: list[dict]) -> list[dict]:
     if not messages:
         raise EmptyPromptError("the conversation is empty: write a message first")
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
-            raise InvalidSettingError(f"each message needs a role in {ROLES} and a text content, got {m!r:.80}")
+        if not isinstance(m, dict) or m.get("role") not in MESSAGE_ROLES or not isinstance(m.get("content"), str):
+            raise InvalidSettingError(f"each message needs a role in {MESSAGE_ROLES} and a text content, got {m!r:.80}")
         check_text(m["content"], f"message {i + 1} ({m['role']})")
     if messages[-1]["role"] != "user":
         raise InvalidSettingError("the last message must come from the user")

@@ -11,29 +11,34 @@ import torch
 
 from engine.config import SamplingConfig
 from engine.decode.draft import Draft, Proposer
-from engine.config import FREE_SPAN
+from engine.decode.step import StepBudget
 from engine.proposers.ngram import ngram_match
 
 
 class CachedAnswerProposer:
     name = "cached-answer"
 
-    def __init__(self, answer_ids: list[int], fallback: Proposer, span: int = FREE_SPAN):
+    def __init__(self, answer_ids: list[int], fallback: Proposer):
         self.answer_ids = list(answer_ids)
         self.fallback = fallback
-        self.span = span  # free to make: the k policy cuts it to what its evidence pays on the measured curve
         self.prompt_len = 0
 
     def reset(self, prompt_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
         self.prompt_len = len(prompt_ids)
         self.fallback.reset(prompt_ids, sampling, generator)
 
-    def propose(self, context_ids: list[int], k: int) -> Draft:
+    def behind(self, context_ids: list[int]) -> int:
+        return self.fallback.behind(context_ids)
+
+    def propose(self, context_ids: list[int], budget: StepBudget) -> Draft:
+        """Up to the budget's span (free to make: the budget cuts it to what its evidence pays)."""
         answer_so_far = context_ids[self.prompt_len:]
         n = len(answer_so_far)
         if answer_so_far == self.answer_ids[:n]:
-            tokens, evidence = self.answer_ids[n:n + self.span], "following"
+            tokens, evidence = self.answer_ids[n:n + budget.span], "following"
         else:  # re-align: continue after the latest occurrence of our suffix inside the cached answer
-            tokens, matched = ngram_match(context_ids, self.span, source=self.answer_ids)
+            tokens, matched = ngram_match(context_ids, budget.span, source=self.answer_ids)
             evidence = f"match-{matched}"
-        return Draft(tokens, source=self.name, evidence=evidence) if tokens else self.fallback.propose(context_ids, k)
+        if not tokens:
+            return self.fallback.propose(context_ids, budget)
+        return Draft(tokens, source=self.name, evidence=evidence)

@@ -11,6 +11,7 @@ import torch
 from engine.config import SamplingConfig
 from engine.backends.contract import Runner, common_prefix
 from engine.decode.draft import EMPTY_DRAFT, Draft
+from engine.decode.step import StepBudget
 from engine.decode.sampling import logits_to_probs, sample
 
 
@@ -37,14 +38,23 @@ class DraftModelProposer:
         if self.head_tokens is not None and self.head_tokens < self.draft.vocab_size:
             self.draft.trim_head([*range(self.head_tokens), *prompt_ids])
 
-    def propose(self, context_ids: list[int], k: int) -> Draft:
-        if k <= 0:
-            return EMPTY_DRAFT
+    def _kept(self, context_ids: list[int]) -> int:
+        """What the runner holds of ``context_ids`` (never the whole: the last token is fed again, its logits
+        predict the next one)."""
         start = self._drafted_from
         kept = start + common_prefix(self._fed, context_ids[start:start + len(self._fed)])  # what the target kept
-        # one rollback; never the whole context: the last token is fed again, its logits predict the next one
-        self.draft.rollback(min(kept, len(context_ids) - 1))
+        return min(kept, len(context_ids) - 1, len(self.draft.tokens))
+
+    def behind(self, context_ids: list[int]) -> int:
+        return max(0, len(context_ids) - 1 - self._kept(context_ids))
+
+    def propose(self, context_ids: list[int], budget: StepBudget) -> Draft:
+        k = budget.k
+        if k <= 0:
+            return EMPTY_DRAFT
+        self.draft.rollback(self._kept(context_ids))  # one rollback
         feed = context_ids[len(self.draft.tokens):]
+        fed = len(feed) + k - 1  # at most: it may stop early
         tokens, q_rows, confidence = [], [], 1.0
         for _ in range(k):
             q = logits_to_probs(self.draft.forward(feed, n_logits=1)[-1], self.sampling)  # (vocab,)
@@ -56,4 +66,5 @@ class DraftModelProposer:
                 break
             feed = [token]
         self._drafted_from, self._fed = len(context_ids), tokens[:-1]  # the last one was never fed
-        return Draft(tokens, torch.stack(q_rows), self.name)  # q: (len(tokens), vocab)
+        fed -= k - len(tokens)
+        return Draft(tokens, torch.stack(q_rows), self.name, fed=fed)  # q: (len(tokens), vocab)

@@ -20,8 +20,9 @@ from collections import OrderedDict
 
 import torch
 
-from engine.config import FREE_SPAN, SamplingConfig
-from engine.decode.draft import Draft, Proposer
+from engine.config import SamplingConfig
+from engine.decode.draft import EMPTY_DRAFT, Draft, Proposer
+from engine.decode.step import StepBudget
 
 KEY = 4  # tokens a match needs at least; the index's n-gram
 MAX_MATCH = 16  # a longer match says no more: the evidence classes stop there
@@ -127,24 +128,32 @@ class Memories:
 class MemoryProposer:
     name = "memory"
 
-    def __init__(self, memory: AnswerMemory, fallback: Proposer, span: int = FREE_SPAN):
-        self.memory, self.fallback, self.span = memory, fallback, span
+    def __init__(self, memory: AnswerMemory, fallback: Proposer):
+        self.memory, self.fallback = memory, fallback
         self._last: tuple[int, int, int] | None = None  # (context length, text id, position) of the last span
 
     def reset(self, prompt_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
         self._last = None
         self.fallback.reset(prompt_ids, sampling, generator)
 
-    def propose(self, context_ids: list[int], k: int) -> Draft:
+    def behind(self, context_ids: list[int]) -> int:
+        return self.fallback.behind(context_ids)
+
+    def propose(self, context_ids: list[int], budget: StepBudget) -> Draft:
+        """Up to the budget's span (free to make: the budget cuts it to what its evidence pays); with no span (no
+        room this step) a place found is kept and nothing drafted, so the answer may be found following it."""
         place = self._following(context_ids)
         evidence = "following"
         if place is None:
             found = self.memory.match(context_ids)
             place, evidence = (None, "") if found is None else (found[:2], f"match-{found[2]}")
-        tokens = self.memory.text(*place, self.span) if place else []
+        tokens = self.memory.text(*place, max(budget.span, 1)) if place else []
+        if tokens and not budget.span:
+            self._last = (len(context_ids), *place)
+            return EMPTY_DRAFT
         if not tokens:
             self._last = None
-            return self.fallback.propose(context_ids, k)
+            return self.fallback.propose(context_ids, budget)
         self._last = (len(context_ids), *place)
         return Draft(tokens, source=self.name, evidence=evidence)
 

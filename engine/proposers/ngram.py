@@ -9,6 +9,7 @@ import torch
 
 from engine.config import SamplingConfig
 from engine.decode.draft import EMPTY_DRAFT, Draft
+from engine.decode.step import StepBudget
 
 
 def ngram_match(context: list[int], k: int, max_ngram: int = 4, min_ngram: int = 2,
@@ -74,6 +75,9 @@ class NgramProposer:
     def reset(self, prompt_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
         """Stateless: the context is the whole memory."""
 
-    def propose(self, context_ids: list[int], k: int) -> Draft:
-        tokens, n = ngram_match(context_ids, k, self.max_ngram, self.min_ngram)
+    def behind(self, context_ids: list[int]) -> int:
+        return 0
+
+    def propose(self, context_ids: list[int], budget: StepBudget) -> Draft:
+        tokens, n = ngram_match(context_ids, budget.span, self.max_ngram, self.min_ngram)
         return Draft(tokens, source=self.name, evidence=f"match-{n}") if tokens else EMPTY_DRAFT

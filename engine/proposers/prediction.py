@@ -14,8 +14,9 @@ from __future__ import annotations
 import torch
 
 from engine.backends.contract import common_prefix
-from engine.config import FREE_SPAN, SamplingConfig
+from engine.config import SamplingConfig
 from engine.decode.draft import Draft, Proposer
+from engine.decode.step import StepBudget
 
 
 def find_match(context: list[int], prediction: list[int], anchor: int, min_ngram: int = 3,
@@ -48,10 +49,9 @@ def _occurrences(text: list[int], pattern: list[int]) -> list[int]:
 class PredictionProposer:
     name = "prediction"
 
-    def __init__(self, prediction_ids: list[int], fallback: Proposer, span: int = FREE_SPAN):
+    def __init__(self, prediction_ids: list[int], fallback: Proposer):
         self.prediction = list(prediction_ids)
         self.fallback = fallback
-        self.span = span  # a span is free to make; the k policy cuts it to what its evidence pays on the measured curve
         self.prompt_len = 0
         self.anchor = 0  # the last place the answer was known to follow the prediction
         self._last: tuple[int, int] | None = None  # (context length, place) of the span proposed last
@@ -60,13 +60,18 @@ class PredictionProposer:
         self.prompt_len, self.anchor, self._last = len(prompt_ids), 0, None
         self.fallback.reset(prompt_ids, sampling, generator)
 
-    def propose(self, context_ids: list[int], k: int) -> Draft:
+    def behind(self, context_ids: list[int]) -> int:
+        return self.fallback.behind(context_ids)
+
+    def propose(self, context_ids: list[int], budget: StepBudget) -> Draft:
+        """Up to the budget's span (free to make: the budget cuts it to what its evidence pays); with no span (no
+        room this step) the place is kept and nothing drafted, so the answer may be found following it next step."""
         place, evidence = self._place(context_ids)
         if place is None or place >= len(self.prediction):
             self._last = None
-            return self.fallback.propose(context_ids, k)
+            return self.fallback.propose(context_ids, budget)
         self.anchor, self._last = place, (len(context_ids), place)
-        return Draft(self.prediction[place:place + self.span], source=self.name, evidence=evidence)
+        return Draft(self.prediction[place:place + budget.span], source=self.name, evidence=evidence)
 
     def _place(self, context_ids: list[int]) -> tuple[int | None, str]:
         """Where the answer stands in the prediction, and the evidence: past the last span when the target took all

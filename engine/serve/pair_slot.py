@@ -29,7 +29,7 @@ from engine.serve.verify_mode import VerifyChoice, choose_verify
 from engine.costs.costmodel import StepCosts
 from engine.surface import PairInfo
 
-ROLES = ("target", "draft")
+PAIR_ROLES = ("target", "draft")
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ class PairSlot:
                 check_pair_sources(asked["target"][0], asked["draft"][0], self.cache_dir)
             models = [kept[role] or load_model(asked[role][0], plan.precisions[role], role=role,
                                                cache_dir=self.cache_dir, chosen_by_auto=asked[role][1] in (None, AUTO))
-                      for role in ROLES]
+                      for role in PAIR_ROLES]
             return self.install(*models, note=plan.reason, beside=self.beside)
 
     def _plan(self, asked: dict[str, tuple[str, str | None]]):
@@ -130,8 +130,8 @@ class PairSlot:
         plan = plan_precisions(asked, cache_dir=self.cache_dir,
                                reclaimable_bytes=gpu_bytes(list(current.models) if current else []))
         check_target_precision(plan.precisions["target"])
-        held = dict(zip(ROLES, current.models)) if current else {}
-        return plan, {role: _kept(held.get(role), asked[role][0], plan.precisions[role]) for role in ROLES}
+        held = dict(zip(PAIR_ROLES, current.models)) if current else {}
+        return plan, {role: _kept(held.get(role), asked[role][0], plan.precisions[role]) for role in PAIR_ROLES}
 
     def install(self, target: LoadedModel, draft: LoadedModel, note: str = "", beside: bool = True) -> Pair:
         """Install loaded models: one assignment, after the pair check. The figures measured on this machine come
@@ -141,7 +141,7 @@ class PairSlot:
         check_pair(target, draft)
         note = note or describe(detect_machine(target.device.type), {"target": target.precision,
                                                                       "draft": draft.precision},
-                                {r for r, m in zip(ROLES, (target, draft)) if m.auto_precision}, [])
+                                {r for r, m in zip(PAIR_ROLES, (target, draft)) if m.auto_precision}, [])
         kept = self.store.get(pair_key(target, draft))
         pair = Pair(target, draft, note, kept, _verify_choice(kept))
         with self._swap:

@@ -1,7 +1,7 @@
 """Identical or fastest: how wide a verify the adaptive k may use, where the load-time identity check found the
 target bit-identical only up to some width (llama.cpp's tiled K-quant matmul from 8 rows, docs/models.md).
 
-``identical`` keeps an adaptive k within that width (engine.start.decoders.within_width): greedy speculation is
+``identical`` keeps an adaptive k within that width (the step budget's, engine/decode/step.py): greedy speculation is
 then the target's own tokens, bit for bit, at every position checked. ``fastest`` lets it draft up to k_max, where
 a wider verify may be cheaper per token but is identical only up to rounding ties. Each is priced on the verify
 costs measured at load, for a free draft (a lookup, a prediction) accepted ``ALPHA`` of the time, the case where

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from dataclasses import replace
 
 from engine.config import SamplingConfig, SpecConfig
 from engine.decode.reference import reference_generate
@@ -23,7 +22,7 @@ from engine.proposers.cached_answer import CachedAnswerProposer
 from engine.proposers.memory import AnswerMemory, MemoryProposer
 from engine.proposers.prediction import PredictionProposer
 from engine.costs.costmodel import StepCosts
-from engine.costs.kpolicy import Waiting, policy_for
+from engine.decode.kpolicy import Waiting, policy_for
 
 
 def answer_room(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig) -> int:
@@ -59,25 +58,15 @@ def start_speculative(target: LoadedModel, draft: LoadedModel, prompt_ids: list[
                       measuring: bool = False, memory: AnswerMemory | None = None) -> Iterator[Event]:
     """The draft-verify loop on ``target`` and ``draft``. ``costs`` (the pair's step costs measured at load)
     starts the k policy's cost model; ``measuring``: they are still being measured, and an adaptive k waits for them
-    with target-only steps (kpolicy.Waiting); ``stream`` defaults to :func:`token_stream`. ``width_cap``: the widest verify
+    with target-only steps (kpolicy's Waiting); ``stream`` defaults to :func:`token_stream`. ``width_cap``: the widest verify
     the load-time identity check found bit-identical (IdentityCheck.width_cap), which an adaptive k keeps to.
     ``cached_answer``, ``prediction`` and ``memory``: free drafts the request brings (:func:`make_proposer`)."""
     stream = stream or token_stream(target, prompt_ids, sampling)
     cap = width_cap if spec.adaptive else None  # a fixed k is the user's choice
-    capped = within_width(spec, cap)
-    proposer = make_proposer(capped, draft, cached_answer, prediction, memory)
-    k_policy = Waiting() if measuring and spec.adaptive else policy_for(capped, costs, len(prompt_ids))
-    return speculative_generate(runner_for(target), proposer, prompt_ids, stream, sampling,
-                                k_policy=k_policy, cancel=cancel, max_width=cap)
-
-
-def within_width(spec: SpecConfig, width_cap: int | None) -> SpecConfig:
-    """An adaptive ``spec`` whose verifies stay within ``width_cap`` tokens (k <= width_cap - 1); a fixed k is the
-    user's choice and is kept."""
-    if not width_cap or not spec.adaptive:
-        return spec
-    most = width_cap - 1
-    return replace(spec, k=min(spec.k, most), k_min=min(spec.k_min, most), k_max=min(spec.k_max, most))
+    proposer = make_proposer(spec, draft, cached_answer, prediction, memory)
+    k_policy = Waiting() if measuring and spec.adaptive else policy_for(spec, costs, width=cap)
+    return speculative_generate(runner_for(target), proposer, prompt_ids, stream, sampling, k_policy,
+                                cancel=cancel, narrow=cap)
 
 
 def start_reference(target: LoadedModel, prompt_ids: list[int], sampling: SamplingConfig, *,

@@ -22,7 +22,7 @@ from engine.models.loading import load_model, runner_for
 from engine.models.sources import gguf_runnable
 from engine.models.prompt import template_ids
 from engine.proposers import PROPOSERS
-from engine.costs.kpolicy import FixedK
+from engine.decode.kpolicy import FixedK
 from engine.decode.speculative import speculative_generate
 from engine.decode.reference import reference_generate
 from tests.helpers.constants import QWEN, SMOL
@@ -214,11 +214,10 @@ class _PinnedFreeSpans(FixedK):
     gives, not on step costs timed on this machine's CPU."""
 
     def __init__(self, span: int):
-        super().__init__(0)
-        self.span = span
+        super().__init__(0, span=span)
 
-    def free_limit(self, evidence: str = "", most: int = 64) -> int | None:
-        return self.span
+    def _price(self, evidence: str, most: int) -> int | None:
+        return None
 
 
 def test_a_prediction_drafts_on_llama_cpp_and_the_answer_stays_the_targets(real_models):

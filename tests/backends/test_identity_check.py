@@ -63,7 +63,7 @@ def test_the_widest_identical_verify_caps_an_adaptive_k_and_the_note_says_where_
     """llama.cpp's K-quant matmul takes its tiled kernel from 8 rows: verifies up to 7 tokens are the tokens fed
     alone, wider ones only up to ties. The adaptive k then keeps to k <= 6, and the pair line says both."""
     from engine.config import SpecConfig
-    from engine.start.decoders import within_width
+    from engine.decode.kpolicy import policy_for
 
     tiled = _check(((24, 8), (24, 9), (256, 8), (24, 17)))
     assert tiled.identical_width == 7 and tiled.width_cap == 7 and not tiled.identical
@@ -74,11 +74,14 @@ def test_the_widest_identical_verify_caps_an_adaptive_k_and_the_note_says_where_
     assert _check(((24, 2),)).identical_width == 0 and _check(((24, 2),)).width_cap is None
     assert _check(((256, 3),)).width_cap == 2  # width 2 alone: k = 1
 
-    adaptive = SpecConfig(k=4, proposer="hybrid", adaptive=True)
-    assert within_width(adaptive, 7) == SpecConfig(k=4, proposer="hybrid", adaptive=True, k_max=6)
-    assert within_width(SpecConfig(k=8, adaptive=True, k_min=7), 7).k_min == 6
-    assert within_width(SpecConfig(k=10), 7) == SpecConfig(k=10)  # a fixed k is the user's choice
-    assert within_width(adaptive, None) == adaptive
+    # the step budget keeps a verify within the width: k <= 6 where nothing else waits to be fed, less where the
+    # target has more to take first, nothing drafted beside a prefill wider than it
+    adaptive = policy_for(SpecConfig(k=4, proposer="hybrid", adaptive=True, k_max=16), width=7)
+    assert adaptive.k_max == 6 and policy_for(SpecConfig(k=8, adaptive=True, k_min=7), width=7).k_min == 6
+    one, three, prefill = (adaptive.budget(remaining=100, unseen=n) for n in (1, 3, 30))
+    assert (one.span, three.span, prefill.span, prefill.k) == (6, 4, 0, 0) and "verify width <= 7" in three.why
+    assert policy_for(SpecConfig(k=10), width=None).budget(remaining=100).k == 10  # a fixed k is the user's choice
+    assert policy_for(SpecConfig(k=4, adaptive=True, k_max=16)).k_max == 16
 
 
 def test_the_check_leaves_the_runner_empty_and_repeats_a_short_prompt():

@@ -18,7 +18,7 @@ from engine.backends.llama_cpp import GgufModel
 from engine.backends.llama_cpp_runner import LlamaCppRunner
 from engine.backends.torch_runner import ModelRunner, TorchBackend
 from engine.config import PROPOSER_NAMES, SamplingConfig
-from engine.costs.kpolicy import AdaptiveK, FixedK
+from engine.decode.kpolicy import AdaptiveK, FixedK
 from engine.decode.speculative import speculative_generate
 from engine.decode.stream import TokenStream
 from engine.models.loading import runner_for

@@ -8,7 +8,9 @@ from engine.costs.costmodel import CostFit, StepCosts, expected_tokens, fit_line
 from engine.models.auto import CPU_CHOICES, describe
 from engine.models.hardware import MACHINE_KINDS, classify
 from engine.precision import EXPECTED, precision
-from engine.costs.kpolicy import ALPHA_CEILING, AdaptiveK, FixedK, KChoice, StepRecord
+from engine.config import FREE_SPAN
+from engine.decode.kpolicy import ALPHA_CEILING, AdaptiveK, FixedK
+from engine.decode.step import StepRecord
 
 ZEN4 = frozenset({"avx2", "avx512f", "avx512_bf16", "avx512_vnni"})
 SAPPHIRE_RAPIDS = ZEN4 | {"amx_bf16", "amx_tile", "amx_int8"}
@@ -16,9 +18,16 @@ HASWELL = frozenset({"avx2", "fma"})
 REPO = Path(__file__).resolve().parents[2]
 
 
-def model_step(n_accepted: int, n_drafted: int, draft_s: float, verify_s: float, n_fed: int) -> StepRecord:
-    """A step whose draft a draft model made."""
-    return StepRecord(n_drafted=n_drafted, n_accepted=n_accepted, n_fed=n_fed, draft_s=draft_s, verify_s=verify_s)
+def model_step(n_accepted: int, n_drafted: int, draft_s: float, verify_s: float, n_fed: int,
+               caught_up: int = 0) -> StepRecord:
+    """A step whose draft a draft model made, after feeding ``caught_up`` tokens it had missed."""
+    return StepRecord(n_drafted=n_drafted, n_accepted=n_accepted, n_fed=n_fed, draft_s=draft_s, verify_s=verify_s,
+                      draft_fed=caught_up + n_drafted if n_drafted else 0)
+
+
+def free_limit(policy) -> int | None:
+    """How long the step's budget lets a free draft of up to FREE_SPAN tokens be (the steps below name no evidence)."""
+    return policy.budget().price("", FREE_SPAN)
 
 
 def run_policy(policy, accept, draft_s_per_token: float, verify, steps: int = 40) -> list[int]:
@@ -27,7 +36,7 @@ def run_policy(policy, accept, draft_s_per_token: float, verify, steps: int = 40
     policy.update(model_step(0, 4, draft_s=9.0, verify_s=9.0, n_fed=40))  # the first step includes the prefill: ignored
     ks = []
     for _ in range(steps):
-        k = policy.choose().k
+        k = policy.budget().k
         ks.append(k)
         policy.update(model_step(accept(k), k, draft_s=draft_s_per_token * k, verify_s=verify(k + 1), n_fed=k + 1))
     return ks
@@ -69,7 +78,7 @@ def test_low_acceptance_falls_back_to_target_steps_with_probes():
     losing.update(model_step(0, 4, 9.0, 9.0, n_fed=40))
     for _ in range(10):
         losing.update(model_step(0, 4, draft_s=0.4, verify_s=0.2, n_fed=5))  # expensive draft, always wrong
-    choices = [losing.choose() for _ in range(6)]
+    choices = [losing.budget() for _ in range(6)]
     ks = [c.k for c in choices]
     assert ks.count(0) >= 4 and max(ks) > 0
     assert all(c.fallback for c in choices)  # the probes between plain target steps too
@@ -77,16 +86,17 @@ def test_low_acceptance_falls_back_to_target_steps_with_probes():
 
 def test_choices_say_fallback_only_when_speculation_loses():
     winning = AdaptiveK(k_init=4, prior=StepCosts(0.2, 0.0, 0.005))
-    choice = winning.choose()
+    choice = winning.budget()
     assert choice.k > 0 and not choice.fallback
-    assert FixedK(3).choose() == KChoice(3, fallback=False)
+    fixed = FixedK(3).budget()
+    assert (fixed.k, fixed.fallback, fixed.why) == (3, False, "fixed k 3")
 
 
 def test_prior_alone_decides_before_any_step():
     flat = AdaptiveK(k_init=4, k_max=16, prior=StepCosts(0.2, 0.0, 0.005))
     steep = AdaptiveK(k_init=4, k_max=16, prior=StepCosts(0.03, 0.1, 0.005))
     flat.accepted, steep.accepted = 50.0, 50.0  # as if the draft had been right 50 times in a row
-    assert flat.choose().k > steep.choose().k >= 1
+    assert flat.budget().k > steep.budget().k >= 1
 
 
 def test_prior_keeps_the_slope_when_k_never_moves():
@@ -104,7 +114,7 @@ def test_fixed_k_reports_costs_but_keeps_k():
     assert policy.costs is None
     policy.update(model_step(3, 3, 9.0, 9.0, n_fed=30))
     policy.update(model_step(3, 3, 0.03, 0.4, n_fed=4))
-    assert policy.choose().k == 3 and policy.costs.draft_per_token_s == pytest.approx(0.01)
+    assert policy.budget().k == 3 and policy.costs.draft_per_token_s == pytest.approx(0.01)
 
 
 def test_step_costs_speedup_and_best_k():
@@ -174,12 +184,12 @@ def _policy_with_costs(verify_fixed_s: float, verify_per_token_s: float) -> Adap
 
 def test_free_drafts_are_capped_where_each_verified_token_costs_and_long_where_verify_is_flat():
     compute_bound, flat = _policy_with_costs(0.35, 0.08), _policy_with_costs(0.35, 0.001)
-    assert 1 <= compute_bound.free_limit() <= 6  # a = 0.35 s, b = 0.08 s, acceptance prior 0.8: 4
-    assert flat.free_limit() >= 3 * compute_bound.free_limit()
+    assert 1 <= free_limit(compute_bound) <= 6  # a = 0.35 s, b = 0.08 s, acceptance prior 0.8: 4
+    assert free_limit(flat) >= 3 * free_limit(compute_bound)
     for _ in range(10):  # lookups that keep failing at once: none pays, so the steps are target-only
         compute_bound.update(StepRecord(n_drafted=8, n_accepted=0, n_fed=9, draft_s=0.0, verify_s=0.35 + 0.08 * 9,
                                         free=True))
-    limits = [compute_bound.free_limit() for _ in range(8 + 16 + 32)]
+    limits = [free_limit(compute_bound) for _ in range(8 + 16 + 32)]
     assert limits.count(1) == 3 and set(limits) == {0, 1}  # one-token probes after 8, then 16, then 32 losing steps
     assert [i for i, n in enumerate(limits) if n] == [7, 23, 55]
 
@@ -188,19 +198,19 @@ def test_a_probe_that_pays_brings_the_free_drafts_back():
     policy = _policy_with_costs(0.35, 0.08)
     for _ in range(10):
         policy.update(StepRecord(n_drafted=8, n_accepted=0, n_fed=9, draft_s=0.0, verify_s=1.07, free=True))
-    assert policy.free_limit() == 0
+    assert free_limit(policy) == 0
     for _ in range(6):  # lookups that were right after all
         policy.update(StepRecord(n_drafted=4, n_accepted=4, n_fed=5, draft_s=0.0, verify_s=0.75, free=True))
-    assert policy.free_limit() >= 2
+    assert free_limit(policy) >= 2
 
 
 def test_fixed_k_prices_free_drafts_too():
     """A fixed k (the bench's lookup mode, a user's k) bounds a lookup; the cost model still cuts what does not pay."""
     fixed = FixedK(16, prior=StepCosts(0.35, 0.08, 0.02))
-    assert 1 <= fixed.free_limit() <= 6
+    assert 1 <= free_limit(fixed) <= 6
     for _ in range(10):
         fixed.update(StepRecord(n_drafted=8, n_accepted=0, n_fed=9, draft_s=0.0, verify_s=1.07, free=True))
-    assert fixed.free_limit() == 0
+    assert free_limit(fixed) == 0
 
 
 def test_a_losing_draft_model_is_probed_less_and_less_often():
@@ -208,7 +218,7 @@ def test_a_losing_draft_model_is_probed_less_and_less_often():
     losing = AdaptiveK(k_init=4, probe_every=4, prior=StepCosts(0.2, 0.0, 0.02))
     for _ in range(10):
         losing.update(model_step(0, 4, draft_s=0.08, verify_s=0.2, n_fed=5))
-    ks = [losing.choose().k for _ in range(4 + 8 + 16)]
+    ks = [losing.budget().k for _ in range(4 + 8 + 16)]
     assert [i for i, k in enumerate(ks) if k] == [3, 11, 27]
 
 
@@ -221,30 +231,29 @@ def test_where_no_draft_could_pay_the_draft_model_never_runs_not_even_a_probe():
     two_cores = StepCosts(0.0, 0.0, 0.45 * t1, verify_table=((1, t1), (2, 1.46 * t1), (4, 2.06 * t1), (8, 4.46 * t1)),
                           catch_up_per_token_s=0.2 * t1)
     assert 1.0 < max(two_cores.speedup(ALPHA_CEILING, k) for k in range(1, 9)) < 1.05
-    paused = AdaptiveK(k_init=4, probe_every=2, prior=two_cores, behind=300)
-    assert all(c.k == 0 and c.fallback for c in (paused.choose(remaining=200) for _ in range(200)))
+    paused = AdaptiveK(k_init=4, probe_every=2, prior=two_cores)
+    assert all(c.k == 0 and c.fallback for c in (paused.budget(remaining=200, behind=300) for _ in range(200)))
     dearer = replace(two_cores, draft_per_token_s=1.1 * t1)
     assert max(dearer.speedup(ALPHA_CEILING, k) for k in range(1, 9)) < 1.0
     never = AdaptiveK(k_init=4, probe_every=2, prior=dearer)
-    assert all(c.k == 0 and c.fallback for c in (never.choose(remaining=10_000) for _ in range(200)))
+    assert all(c.k == 0 and c.fallback for c in (never.budget(remaining=10_000) for _ in range(200)))
 
 
 def test_a_catch_up_is_drafted_only_where_the_rest_of_the_answer_pays_for_it():
     """A draft model 300 tokens behind (a new answer's prompt) at 5 ms a token to catch up: 1.5 s. A good draft saves
     some ms a token: worth it for a long answer, not for the last few tokens."""
     costs = StepCosts(0.05, 0.0, 0.004, catch_up_per_token_s=0.005)
-    policy = AdaptiveK(k_init=4, prior=costs, behind=300)
+    policy = AdaptiveK(k_init=4, prior=costs)
     policy.accepted, policy.rejected = 9.0, 1.0
-    saving = costs.saving_per_token_s(0.9, policy._paying_k(costs, 0.9, None) or 4)
+    saving = costs.saving_per_token_s(0.9, policy._paying_k(costs, 0.9, None, 300) or 4)
     assert saving > 0 and costs.catch_up_s(300) == pytest.approx(1.5)
-    assert policy.choose(remaining=int(1.5 / saving) - 5).k == 0
-    assert policy.choose(remaining=int(1.5 / saving) + 50).k > 0
-    policy.update(model_step(4, 4, draft_s=1.5 + 4 * 0.004, verify_s=0.05, n_fed=5))  # the draft caught up
-    assert policy.behind == 1 and policy.catch_up_per_token_s == pytest.approx(0.005)
+    assert policy.budget(remaining=int(1.5 / saving) - 5, behind=300).k == 0
+    assert policy.budget(remaining=int(1.5 / saving) + 50, behind=300).k > 0
+    assert policy.budget(remaining=int(1.5 / saving) - 5, behind=1).k > 0  # a draft that resumed: little to catch up
+    # the draft caught up on 300 tokens, then drafted 4 (what it fed, Draft.fed, says so)
+    policy.update(model_step(4, 4, draft_s=1.5 + 4 * 0.004, verify_s=0.05, n_fed=5, caught_up=300))
+    assert policy.catch_up_per_token_s == pytest.approx(0.005)
     assert policy.costs.draft_per_token_s == pytest.approx(0.004)  # the catch-up did not count as drafting
-    policy.update(model_step(0, 0, draft_s=0.0, verify_s=0.05, n_fed=1))
-    policy.update(StepRecord(n_drafted=6, n_accepted=2, n_fed=7, draft_s=0.0, verify_s=0.05, free=True))
-    assert policy.behind == 1 + 1 + 1 + 2  # the target's tokens the draft has not seen
 
 
 INT4_CURVE = ((1, 0.034), (2, 0.043), (4, 0.050), (8, 0.096), (16, 0.182))  # a 4-bit 1.5B target, measured

@@ -1,10 +1,11 @@
-"""Known text priced by its evidence (engine/costs/kpolicy.py FreeDrafts): a prediction the answer follows is
+"""Known text priced by its evidence (engine/decode/kpolicy.py FreeDrafts): a prediction the answer follows is
 verified in wide spans from its first followed span, a wrong one is dropped within a few narrow steps, and each
 source and evidence class learns apart. Fixed costs: the decisions a machine with this curve would make, no clock."""
 from __future__ import annotations
 
 from engine.config import SamplingConfig
-from engine.costs.kpolicy import FreeDrafts, StepRecord
+from engine.decode.kpolicy import FreeDrafts
+from engine.decode.step import StepRecord
 from engine.decode.reference import reference_generate
 from engine.decode.speculative import speculative_generate
 from engine.decode.stream import TokenStream

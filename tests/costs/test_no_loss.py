@@ -8,7 +8,8 @@ from engine.decode.speculative import speculative_generate
 from engine.decode.stream import TokenStream
 from engine.proposers import NgramProposer
 from engine.costs.costmodel import StepCosts
-from engine.costs.kpolicy import FixedK, StepRecord
+from engine.decode.kpolicy import FixedK
+from engine.decode.step import StepRecord
 from tests.helpers.tiny import cached, run, tiny_pair
 
 # a compute-bound verify curve, as measured on a CPU (docs/engine.md, "No proposer runs at a loss")
@@ -18,6 +19,9 @@ COMPUTE_BOUND = StepCosts(verify_fixed_s=0.083, verify_per_token_s=0.0465, draft
 class OnThisCurve(FixedK):
     """The lookup mode's policy (k bounds the lookups) with its costs held at a compute-bound curve: this test's
     timings are a tiny model's, and the decision must be the one such a machine would make."""
+
+    def __init__(self, k: int):
+        super().__init__(k, span=k)
 
     @property
     def costs(self):

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from engine.costs.costmodel import StepCosts
-from engine.costs.kpolicy import StepRecord
+from engine.decode.step import StepRecord
 from engine.decode.stream import StatsTracker
 from engine.events import Acceptance, DraftCut
 

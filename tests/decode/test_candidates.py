@@ -9,7 +9,7 @@ from engine.decode.sampling import logits_to_probs, top_tokens
 from engine.decode.speculative import speculative_generate
 from engine.decode.stream import TokenStream
 from engine.proposers.draft_model import DraftModelProposer
-from engine.costs.kpolicy import FixedK
+from engine.decode.kpolicy import FixedK
 from tests.helpers.tiny import cached, run, tiny_pair
 from tests.helpers.constants import SMOL
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from engine.config import SamplingConfig
-from engine.costs.kpolicy import FixedK, KChoice
+from engine.decode.kpolicy import FixedK
+from engine.decode.step import StepBudget
 from engine.models.loading import wrap_model
 from engine.proposers import draft_model
 from engine.proposers.draft_model import DraftModelProposer
@@ -62,17 +63,14 @@ def test_no_step_rescans_the_context(monkeypatch):
 
 
 class ScriptedK:
-    """A k policy that plays back fixed choices, over and over."""
+    """A k policy that plays back fixed budgets, over and over."""
 
-    def __init__(self, choices):
-        self.choices = itertools.cycle(choices)
+    def __init__(self, budgets):
+        self.budgets = itertools.cycle(budgets)
         self.costs = None
 
-    def choose(self, remaining=None):
-        return next(self.choices)
-
-    def free_limit(self, evidence="", most=64):
-        return None
+    def budget(self, remaining=None, unseen=1, behind=0):
+        return next(self.budgets)
 
     def update(self, step):
         pass
@@ -80,7 +78,8 @@ class ScriptedK:
 
 def test_stats_report_each_steps_fallback_decision():
     target, draft = tiny_pair(0)
-    script = [KChoice(0, fallback=True), KChoice(0, fallback=True), KChoice(1, fallback=True), KChoice(3)] * 3
+    script = [StepBudget(0, 0, "loses", fallback=True), StepBudget(0, 0, "loses", fallback=True),
+              StepBudget(1, 1, "probe", fallback=True), StepBudget(3, 3, "pays")] * 3
     events = run(speculative_generate(cached(target), DraftModelProposer(cached(draft)), [3, 4, 5],
                                       TokenStream(target.tokenizer, target.eos_ids, 40, False),
                                       SamplingConfig(max_new_tokens=40, stop_on_eos=False),

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from engine.costs.costmodel import StepCosts
-from engine.costs.kpolicy import FixedK
+from engine.decode.kpolicy import FixedK
 
 ONE = 0.06  # seconds of a one-token forward
 # t(n) in one-token forwards as llama-bench measured it on a 2-core Zen 3 (AVX2): the tiled path's bump at 8 kept
@@ -12,7 +12,10 @@ CURVE = StepCosts(verify_fixed_s=ONE, verify_per_token_s=0.0, draft_per_token_s=
 
 
 class OnThisCurve(FixedK):
-    """A fixed k (free drafts up to 64) with its costs held at CURVE."""
+    """A fixed k (free drafts offered up to k tokens too) with its costs held at CURVE."""
+
+    def __init__(self, k: int):
+        super().__init__(k, span=k)
 
     @property
     def costs(self):

@@ -11,7 +11,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from engine.config import SamplingConfig
 from engine.events import DoneEvent
-from engine.costs.kpolicy import KPolicy
+from engine.decode.kpolicy import KPolicy
+from engine.decode.step import StepBudget
 from engine.models.loading import wrap_model
 from engine.decode.reference import reference_generate
 from engine.backends.torch_runner import ModelRunner
@@ -79,6 +80,11 @@ class DraftRunners:
     def __call__(self) -> ModelRunner:
         self.made.append(cached(self.draft))
         return self.made[-1]
+
+
+def budget(k: int = 0, span: int | None = None) -> StepBudget:
+    """A step budget as a test gives it: ``k`` model tokens, ``span`` free ones (default: ``k``)."""
+    return StepBudget(k, k if span is None else span, "test")
 
 
 def run(gen) -> list:

@@ -54,7 +54,7 @@ def test_without_a_gguf_every_layer_but_the_head_is_quantised_group_wise():
 def test_int4_target_greedy_speculative_equals_reference():
     """The quantised target is the target: the reference decodes with the same int4 model."""
     from engine.proposers.draft_model import DraftModelProposer
-    from engine.costs.kpolicy import FixedK
+    from engine.decode.kpolicy import FixedK
     from tests.helpers.tiny import cached, reference_done, speculative_done, tiny_pair
     target, draft = tiny_pair(2)
     quantize_int4(target.model.bfloat16())

@@ -19,10 +19,10 @@ LAYERS = (
     "engine.errors",
     "engine.precision",  # one record per precision: what it is, where it runs, its rounding and tie rule
     "engine.config",
-    "engine.costs",  # the cost model and the k policy: pure Python
+    "engine.costs",  # the cost model: pure Python
     "engine.events",
     "engine.backends",  # the runtimes behind one runner contract: torch, llama.cpp
-    "engine.decode",  # the loop, verify, sampling, runner, stream, reference, the Draft/Proposer contract
+    "engine.decode",  # the loop, its step budget and k policy, verify, sampling, stream, reference, Draft/Proposer
     "engine.proposers",
     "engine.models",  # loading, catalog, hardware, quantised layers, load-time checks, the chat prompt, runner_for
     "engine.start",  # one way to start a decode: runners, proposers, the k policy, the stream (chat, lab, bench)

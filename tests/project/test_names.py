@@ -6,14 +6,14 @@ import ast
 from pathlib import Path
 
 from engine.events import TOKEN_KINDS
-from engine.serve.pair_slot import ROLES
+from engine.serve.pair_slot import PAIR_ROLES
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE = REPO / "engine"
 
 
 def test_no_token_kind_is_a_model_role():
-    assert not set(TOKEN_KINDS) & set(ROLES), "a token kind named like a model reads as 'made by that model'"
+    assert not set(TOKEN_KINDS) & set(PAIR_ROLES), "a token kind named like a model reads as 'made by that model'"
 
 
 def package_clashes(root: Path) -> list[str]:

@@ -10,7 +10,7 @@ from engine.events import final_done
 from engine.proposers import NgramProposer
 from engine.proposers.memory import KEY, AnswerMemory, MemoryProposer
 from tests.helpers.curves import OnThisCurve
-from tests.helpers.tiny import cached, run, tiny_pair
+from tests.helpers.tiny import budget, cached, run, tiny_pair
 
 
 def test_the_longest_match_wins_and_the_most_recent_among_equals():
@@ -41,12 +41,12 @@ def test_the_memory_is_bounded_drops_the_oldest_and_keeps_a_text_once():
 def test_the_proposer_follows_a_text_while_the_answer_takes_it_then_falls_back():
     memory = AnswerMemory()
     memory.add([1, 2, 3, 4] + list(range(10, 30)))
-    proposer = MemoryProposer(memory, fallback=NgramProposer(), span=5)
-    draft = proposer.propose([8, 1, 2, 3, 4], 3)
+    proposer = MemoryProposer(memory, fallback=NgramProposer())
+    draft = proposer.propose([8, 1, 2, 3, 4], budget(3, 5))
     assert draft.tokens == [10, 11, 12, 13, 14] and draft.evidence_class == "memory/match-4"
-    draft = proposer.propose([8, 1, 2, 3, 4, 10, 11, 12, 13, 14, 15], 3)  # took the span and its own next token
+    draft = proposer.propose([8, 1, 2, 3, 4, 10, 11, 12, 13, 14, 15], budget(3, 5))  # took the span and its own next token
     assert draft.tokens == [16, 17, 18, 19, 20] and draft.evidence == "following"
-    draft = proposer.propose([8, 1, 2, 3, 4, 10, 11, 12, 13, 14, 15, 16, 99], 3)  # departed: nothing matches
+    draft = proposer.propose([8, 1, 2, 3, 4, 10, 11, 12, 13, 14, 15, 16, 99], budget(3, 5))  # departed: nothing matches
     assert draft.source != "memory"
 
 

@@ -6,20 +6,20 @@ import pytest
 import torch
 
 from engine.config import SamplingConfig, SpecConfig
-from engine.costs.kpolicy import FixedK
+from engine.decode.kpolicy import FixedK
 from engine.events import final_done
 from engine.models.loading import wrap_model
 from engine.proposers import DraftModelProposer, NgramProposer
 from engine.proposers.prediction import PredictionProposer, find_match
 from engine.start.decoders import start_speculative
-from tests.helpers.tiny import (ByteTokenizer, cached, exact_sequence_probs, reference_done, sequence_distribution,
+from tests.helpers.tiny import (ByteTokenizer, budget, cached, exact_sequence_probs, reference_done, sequence_distribution,
                                 speculative_done, tiny_model, tiny_pair, total_variation)
 
 PROMPT = [1, 2]
 
 
-def _proposer(prediction, span=3):
-    proposer = PredictionProposer(prediction, fallback=NgramProposer(), span=span)
+def _proposer(prediction):
+    proposer = PredictionProposer(prediction, fallback=NgramProposer())
     proposer.reset(PROMPT, SamplingConfig(), torch.Generator())
     return proposer
 
@@ -38,22 +38,22 @@ def test_find_place_takes_the_longest_suffix_and_the_first_occurrence_from_the_a
 def test_the_prediction_is_followed_then_found_again_after_the_answer_departs():
     prediction = [10, 11, 12, 13, 14, 15, 16, 17, 18]
     proposer = _proposer(prediction)
-    draft = proposer.propose(PROMPT, 4)
+    draft = proposer.propose(PROMPT, budget(4, 3))
     assert (draft.tokens, draft.source, draft.free) == ([10, 11, 12], "prediction", True)  # from the start
     # the target took 10 11 and its own next token was the prediction's 12: go on after it
-    assert proposer.propose(PROMPT + [10, 11, 12], 4).tokens == [13, 14, 15]
+    assert proposer.propose(PROMPT + [10, 11, 12], budget(4, 3)).tokens == [13, 14, 15]
     # it replaced 13 by 99 (an edit): lost until the answer rejoins; the fallback (a lookup) has nothing
-    assert proposer.propose(PROMPT + [10, 11, 12, 99], 4).tokens == []
-    assert proposer.propose(PROMPT + [10, 11, 12, 99, 14, 15, 16], 4).tokens == [17, 18]  # rejoined after 14 15 16
-    assert proposer.propose(PROMPT + [10, 11, 12, 99, 14, 15, 16, 17, 18], 4).tokens == []  # the prediction is used up
+    assert proposer.propose(PROMPT + [10, 11, 12, 99], budget(4, 3)).tokens == []
+    assert proposer.propose(PROMPT + [10, 11, 12, 99, 14, 15, 16], budget(4, 3)).tokens == [17, 18]  # rejoined after 14 15 16
+    assert proposer.propose(PROMPT + [10, 11, 12, 99, 14, 15, 16, 17, 18], budget(4, 3)).tokens == []  # the prediction is used up
 
 
 def test_an_answer_that_opens_with_words_of_its_own_finds_the_prediction_later():
-    proposer = _proposer([10, 11, 12, 13, 14, 15], span=8)
-    assert proposer.propose(PROMPT, 4).tokens == [10, 11, 12, 13, 14, 15]
+    proposer = _proposer([10, 11, 12, 13, 14, 15])
+    assert proposer.propose(PROMPT, budget(4, 8)).tokens == [10, 11, 12, 13, 14, 15]
     preamble = PROMPT + [40, 41, 42]  # "Here is the file:" instead
-    assert proposer.propose(preamble, 4).tokens == []
-    assert proposer.propose(preamble + [10, 11, 12], 4).tokens == [13, 14, 15]
+    assert proposer.propose(preamble, budget(4, 8)).tokens == []
+    assert proposer.propose(preamble + [10, 11, 12], budget(4, 8)).tokens == [13, 14, 15]
 
 
 @pytest.mark.parametrize("seed", range(3))

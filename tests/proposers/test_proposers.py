@@ -8,14 +8,14 @@ import engine.proposers
 from engine.config import DEFAULT_SPEC, FREE_PROPOSERS, PROPOSER_NAMES, SamplingConfig, SpecConfig
 from engine.decode.draft import EMPTY_DRAFT, Draft
 from engine.events import final_done
-from engine.costs.kpolicy import AdaptiveK, FixedK
+from engine.decode.kpolicy import AdaptiveK, FixedK
 from engine.models.loading import wrap_model
 from engine.proposers import (CONFIDENCE_CUTOFF, HEAD_TOKENS, PROPOSERS, DraftModelProposer, HybridProposer,
                               NgramProposer)
 from engine.proposers.cached_answer import CachedAnswerProposer
 from engine.proposers.ngram import ngram_match
 from engine.start.decoders import start_speculative
-from tests.helpers.tiny import (ByteTokenizer, DraftRunners, cached, exact_sequence_probs, reference_done,
+from tests.helpers.tiny import (ByteTokenizer, DraftRunners, budget, cached, exact_sequence_probs, reference_done,
                         sequence_distribution, speculative_done, tiny_model, tiny_pair, total_variation)
 
 
@@ -75,24 +75,24 @@ def test_ngram_lookup_equals_brute_force_on_random_sequences():
 
 def test_cached_answer_proposer_follows_then_realigns_after_a_correction():
     answer = [10, 11, 12, 13, 14, 15, 16]
-    proposer = CachedAnswerProposer(answer, fallback=NgramProposer(), span=3)
+    proposer = CachedAnswerProposer(answer, fallback=NgramProposer())
     prompt = [1, 2]
     proposer.reset(prompt, SamplingConfig(), torch.Generator())
-    assert proposer.propose(prompt, 4).tokens == [10, 11, 12]
-    assert proposer.propose(prompt + [10, 11], 4).tokens == [12, 13, 14]
+    assert proposer.propose(prompt, budget(4, 3)).tokens == [10, 11, 12]
+    assert proposer.propose(prompt + [10, 11], budget(4, 3)).tokens == [12, 13, 14]
     # the target replaced 12 by 99 and went on with 13 14: re-align after "13 14" in the cached answer
-    assert proposer.propose(prompt + [10, 11, 99, 13, 14], 4).tokens == [15, 16]
+    assert proposer.propose(prompt + [10, 11, 99, 13, 14], budget(4, 3)).tokens == [15, 16]
 
 
 COMPOSED = {
-    "lookup": lambda d: (NgramProposer(), FixedK(8)),
+    "lookup": lambda d: (NgramProposer(), FixedK(8, span=8)),
     "hybrid": lambda d: (HybridProposer(NgramProposer(), DraftModelProposer(d)), FixedK(3)),
     "hybrid-adaptive": lambda d: (HybridProposer(NgramProposer(), DraftModelProposer(d, CONFIDENCE_CUTOFF)),
                                   AdaptiveK(k_init=2, k_max=6)),
     "draft-adaptive": lambda d: (DraftModelProposer(d, CONFIDENCE_CUTOFF), AdaptiveK(k_init=3)),
     "draft-trimmed-head": lambda d: (DraftModelProposer(d, head_tokens=3), FixedK(4)),
-    "cached-answer": lambda d: (CachedAnswerProposer([5, 6, 7, 8, 9] * 4, DraftModelProposer(d), span=6),
-                                FixedK(3)),
+    "cached-answer": lambda d: (CachedAnswerProposer([5, 6, 7, 8, 9] * 4, DraftModelProposer(d)),
+                                FixedK(3, span=6)),
     "fast-draft": lambda d: (PROPOSERS["fast-draft"](lambda: d), FixedK(3)),  # the registry's, as the app
 }
 
@@ -151,7 +151,7 @@ def test_a_draft_is_free_when_it_is_one_hot_and_not_empty():
 def test_a_free_registry_entry_makes_only_free_drafts(name):
     proposer = PROPOSERS[name](lambda: pytest.fail("a free proposer made a draft model"))
     proposer.reset([1, 2, 3, 1, 2], SamplingConfig(), torch.Generator())
-    drafts = [proposer.propose([1, 2, 3, 1, 2, 3, 1, 2][:n], 4) for n in range(3, 9)]
+    drafts = [proposer.propose([1, 2, 3, 1, 2, 3, 1, 2][:n], budget(4)) for n in range(3, 9)]
     assert any(len(d) for d in drafts) and all(d.free for d in drafts if len(d))
 
 

@@ -1,4 +1,5 @@
-"""How many tokens to draft next step: fixed, or chosen from measured acceptance and the cost model.
+"""How much to draft next step, said once per step as a ``StepBudget`` (engine/decode/step.py): fixed, or chosen from
+measured acceptance and the cost model (engine/costs/costmodel.py).
 
 The adaptive policy asks the cost model (engine.costs.costmodel) for the k (0..k_max) with the most expected
 tokens per second, E(alpha, k) / (k * t_draft + t_verify(k + 1)), for the measured per-token acceptance
@@ -21,36 +22,12 @@ what a target-only step costs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol
 
 from engine.config import FREE_PROPOSERS, FREE_SPAN, SpecConfig
 from engine.costs.costmodel import CostFit, StepCosts
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    """What one draft-verify step did and took: what the k policy and the stats learn from, made once per step
-    by the loop (engine/decode/speculative.py). A draft is a model's (``free`` False: each token cost a draft
-    forward) or one-hot (``free``: a prompt lookup, a cached answer); a plain target step drafted nothing."""
-    n_drafted: int  # draft tokens the target verified
-    n_accepted: int  # of them, accepted
-    n_fed: int  # tokens the target's forward took: the ones it had not seen, then the draft
-    draft_s: float  # seconds to propose
-    verify_s: float  # seconds of the target's forward and the accept rule
-    free: bool = False  # a one-hot draft: it cost nothing to make
-    source: str = ""  # who drafted it (Draft.source): the stats count each source's acceptance apart
-    evidence: str = ""  # a free draft's evidence class (Draft.evidence_class): FreeDrafts prices each apart
-
-    @property
-    def n_model_drafted(self) -> int:
-        """Draft tokens a draft model made (0 for a free draft)."""
-        return 0 if self.free else self.n_drafted
-
-    @property
-    def rejected(self) -> bool:
-        """The target rejected one of the draft's tokens (the step ended on a corrected token)."""
-        return self.n_accepted < self.n_drafted
+from engine.decode.step import StepBudget, StepRecord
 
 
 ALPHA_CEILING = 0.9  # the best per-token acceptance a draft model is credited with when asking if it could ever pay
@@ -150,19 +127,11 @@ class FreeDrafts:
                 self._counts(table, key).add(self.decay, step.n_accepted, step.rejected)
 
 
-@dataclass(frozen=True)
-class KChoice:
-    """A policy's decision for one step."""
-    k: int  # draft tokens to ask for; 0 = a plain target step (free drafts may still come)
-    fallback: bool = False  # speculation measured as losing: a plain target step, or a probe between them
-    waiting: bool = False  # no draft at all: this machine's step costs are still being measured
-
-
 class KPolicy(Protocol):
-    def choose(self, remaining: int | None = None) -> KChoice: ...  # remaining: tokens the answer may still have
-
-    # asked once per free draft, with its evidence class and the longest it could be kept (its length, the room)
-    def free_limit(self, evidence: str = "", most: int = FREE_SPAN) -> int | None: ...
+    def budget(self, remaining: int | None = None, unseen: int = 1, behind: int = 0) -> StepBudget:
+        """Once per step, what it may draft (engine/decode/step.py): ``remaining`` tokens the answer may still have,
+        ``unseen`` context tokens the target has not taken (fed with the draft), ``behind`` tokens the draft model
+        must catch up on before its first drafted token (``Proposer.behind``)."""
 
     def update(self, step: StepRecord) -> None: ...
 
@@ -171,16 +140,19 @@ class KPolicy(Protocol):
 
 
 class FixedK:
-    def __init__(self, k: int, prior: StepCosts | None = None):
-        self.k = k
+    """The user's k, as asked: a draft model drafts k tokens every step; free drafts are offered up to ``span`` and
+    priced by their evidence (``FreeDrafts``). ``width``: the widest verify a step may feed (None: any)."""
+
+    def __init__(self, k: int, prior: StepCosts | None = None, span: int = FREE_SPAN, width: int | None = None):
+        self.k, self.span, self.width = k, span, width
         self.fit = CostFit(prior)
         self.free = FreeDrafts()
 
-    def choose(self, remaining: int | None = None) -> KChoice:
-        return KChoice(self.k)
+    def budget(self, remaining: int | None = None, unseen: int = 1, behind: int = 0) -> StepBudget:
+        return StepBudget.within(self.k, self.span, f"fixed k {self.k}", remaining=remaining, unseen=unseen,
+                                 width=self.width, price=self._price)
 
-    def free_limit(self, evidence: str = "", most: int = FREE_SPAN) -> int | None:
-        """Free drafts are priced as under the adaptive policy, by their evidence (``FreeDrafts``)."""
+    def _price(self, evidence: str, most: int) -> int | None:
         return self.free.limit(self.costs, evidence, most)
 
     def update(self, step: StepRecord) -> None:
@@ -194,15 +166,20 @@ class FixedK:
 
 
 class AdaptiveK:
+    """The k with the most expected tokens per second on the measured costs, within ``k_max`` and the verify
+    ``width`` (k <= width - 1); 0 (a target-only step, probed now and then) where drafting loses, the draft
+    model's catch-up priced in."""
+
     def __init__(self, k_init: int = 4, k_min: int = 1, k_max: int = 16, probe_every: int = 8,
-                 decay: float = 0.8, prior: StepCosts | None = None, behind: int = 0):
-        self.k, self.k_min, self.k_max, self.probe_every, self.decay = k_init, k_min, k_max, probe_every, decay
+                 decay: float = 0.8, prior: StepCosts | None = None, width: int | None = None):
+        most = k_max if not width else min(k_max, width - 1)
+        self.k_min, self.k_max, self.width, self.decay = min(k_min, most), most, width, decay
+        self.k = min(max(k_init, self.k_min), most)
         self.accepted = 2.0  # decayed counts of accepted / rejected draft tokens (a weak prior: a = 2/3)
         self.rejected = 1.0
         self.fit = CostFit(prior)
         self.probes = Backoff(probe_every)  # when a losing draft model is tried again
         self.free = FreeDrafts(probe_every, decay)
-        self.behind = behind  # tokens the draft model must be fed before its next drafted token (its catch-up)
         self.catch_up_per_token_s: float | None = None  # measured on the steps that caught up
 
     @property
@@ -216,39 +193,45 @@ class AdaptiveK:
             return costs
         return replace(costs, catch_up_per_token_s=self.catch_up_per_token_s)
 
-    def choose(self, remaining: int | None = None) -> KChoice:
-        """The next step's k (``remaining``: tokens the answer may still have). Called once per step: each fallback
-        step counts toward the next probe, where a draft could pay at all."""
+    def budget(self, remaining: int | None = None, unseen: int = 1, behind: int = 0) -> StepBudget:
+        """The next step's budget. Called once per step: each fallback step counts toward the next probe, where a
+        draft could pay at all."""
+        k, why, fallback = self._choose(remaining, behind)
+        return StepBudget.within(k, FREE_SPAN, why, remaining=remaining, unseen=unseen, width=self.width,
+                                 fallback=fallback, price=self._price)
+
+    def _choose(self, remaining: int | None, behind: int) -> tuple[int, str, bool]:
         costs = self.costs
         if costs is None:
-            return KChoice(self.k)
-        best = self._paying_k(costs, self.alpha, remaining)
+            return self.k, f"adaptive k {self.k} (no costs yet)", False
+        best = self._paying_k(costs, self.alpha, remaining, behind)
         if best == 0:
-            if self.probes.due() and self._paying_k(costs, ALPHA_CEILING, remaining):  # probe: measure alpha again
-                return KChoice(self.k_min, fallback=True)
-            return KChoice(0, fallback=True)
+            if self.probes.due() and self._paying_k(costs, ALPHA_CEILING, remaining, behind):  # measure alpha again
+                return self.k_min, f"probe: k {self.k_min} (drafting loses at acceptance {self.alpha:.2f})", True
+            return 0, f"target-only: drafting loses at acceptance {self.alpha:.2f}", True
         self.probes.paid()
         self.k = best
-        return KChoice(best)
+        return best, f"adaptive k {best} (acceptance {self.alpha:.2f})", False
 
-    def _paying_k(self, costs: StepCosts, alpha: float, remaining: int | None) -> int:
+    def _paying_k(self, costs: StepCosts, alpha: float, remaining: int | None, behind: int) -> int:
         """The k with the most expected tokens per second at ``alpha``, or 0 where drafting loses: where that k's
-        saving over the tokens still to come does not pay for the draft model's catch-up."""
+        saving over the tokens still to come does not pay for the draft model's catch-up (``behind`` tokens)."""
         best = costs.best_k(alpha, [0, *range(self.k_min, self.k_max + 1)])
         horizon = HORIZON if remaining is None else remaining
-        if best and costs.saving_per_token_s(alpha, best) * horizon <= costs.catch_up_s(self.behind):
+        if best and costs.saving_per_token_s(alpha, best) * horizon <= costs.catch_up_s(behind):
             return 0
         return best
 
-    def free_limit(self, evidence: str = "", most: int = FREE_SPAN) -> int | None:
+    def _price(self, evidence: str, most: int) -> int | None:
         """How long a free draft of class ``evidence`` may be (``FreeDrafts.limit``): 0 where none pays."""
         return self.free.limit(self.costs, evidence, most)
 
     def update(self, step: StepRecord) -> None:
         """Feedback from one step: its timings feed the cost model, its acceptance the alpha of its kind of
         draft (a model's or a free one; a plain target step drafted nothing and teaches no alpha). A step whose
-        draft model caught up first teaches the catch-up's price, not the drafted token's."""
-        caught_up = self.behind if step.n_model_drafted else 0
+        draft model caught up first (what it fed, ``StepRecord.caught_up``) teaches the catch-up's price, not the
+        drafted token's."""
+        caught_up = step.caught_up
         self.fit.observe(step.n_fed, step.verify_s, 0 if caught_up else step.n_model_drafted, step.draft_s)
         if caught_up and self.fit.draft_per_token_s is not None:
             per_token = max(step.draft_s - step.n_model_drafted * self.fit.draft_per_token_s, 0.0) / caught_up
@@ -258,10 +241,6 @@ class AdaptiveK:
         if step.n_drafted and not step.free:
             self.accepted = self.decay * self.accepted + step.n_accepted
             self.rejected = self.decay * self.rejected + step.rejected
-        # what the draft model will have to feed: after its own draft, the target's token (and the last drafted
-        # one, never fed, when all were taken); else everything the target took since
-        self.behind = int(step.n_accepted == step.n_drafted) if step.n_model_drafted else \
-            self.behind + step.n_fed - step.n_drafted + step.n_accepted
 
 
 class Waiting:
@@ -271,11 +250,8 @@ class Waiting:
     def __init__(self):
         self.fit = CostFit(None)
 
-    def choose(self, remaining: int | None = None) -> KChoice:
-        return KChoice(0, fallback=True, waiting=True)
-
-    def free_limit(self, evidence: str = "", most: int = FREE_SPAN) -> int | None:
-        return 0
+    def budget(self, remaining: int | None = None, unseen: int = 1, behind: int = 0) -> StepBudget:
+        return StepBudget(0, 0, "waiting for this machine's step costs", fallback=True, waiting=True)
 
     def update(self, step: StepRecord) -> None:
         self.fit.observe(step.n_fed, step.verify_s, step.n_model_drafted, step.draft_s)
@@ -285,12 +261,13 @@ class Waiting:
         return None
 
 
-def policy_for(spec: SpecConfig, prior: StepCosts | None = None, prompt_tokens: int = 0) -> KPolicy:
-    """The policy for ``spec``; ``prior`` (the pair's step costs measured at load) starts its cost model, and the
-    draft model starts ``prompt_tokens`` behind (a new answer's draft has not seen its prompt)."""
-    if spec.adaptive and spec.proposer in FREE_PROPOSERS:  # no draft model to size: its free drafts are offered up
-        return FixedK(max(spec.k_max, FREE_SPAN), prior=prior)  # to FREE_SPAN long, and FreeDrafts prices them
+def policy_for(spec: SpecConfig, prior: StepCosts | None = None, width: int | None = None) -> KPolicy:
+    """The policy for ``spec``; ``prior`` (the pair's step costs measured at load) starts its cost model; ``width``:
+    the widest verify an adaptive k keeps to (the identical mode's; a fixed k is the user's choice)."""
+    if spec.adaptive and spec.proposer in FREE_PROPOSERS:  # no draft model to size: free drafts are offered up to
+        return FixedK(0, prior=prior, width=width)  # FREE_SPAN long, and FreeDrafts prices them
     if spec.adaptive:
-        return AdaptiveK(k_init=min(max(spec.k, spec.k_min), spec.k_max), k_min=spec.k_min, k_max=spec.k_max,
-                         prior=prior, behind=prompt_tokens)
+        return AdaptiveK(k_init=spec.k, k_min=spec.k_min, k_max=spec.k_max, prior=prior, width=width)
+    if spec.proposer in FREE_PROPOSERS:  # the user's k sizes a lookup's drafts
+        return FixedK(spec.k, prior=prior, span=spec.k)
     return FixedK(spec.k, prior=prior)

@@ -64,6 +64,7 @@ class ServerConfig:
     draft: Path | None = None  # draft GGUF, for draft-simple only
     threads: int = 2
     context: int = 4096
+    parallel: int = 1  # slots (-np): requests served at once, sharing ``context``
 
     def __post_init__(self):
         if self.spec_type not in (None, *SPEC_TYPES):
@@ -75,7 +76,7 @@ class ServerConfig:
 def server_command(config: ServerConfig, port: int) -> list[str]:
     threads = str(config.threads)
     command = [str(config.binary), "-m", str(config.model), "--host", "127.0.0.1", "--port", str(port),
-               "-t", threads, "-tb", threads, "-c", str(config.context), "-np", "1"]
+               "-t", threads, "-tb", threads, "-c", str(config.context), "-np", str(config.parallel)]
     if config.spec_type is not None:
         command += ["--spec-type", config.spec_type]
     if config.draft is not None:

@@ -18,16 +18,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
+import os
 import sys
 import tempfile
-import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.peer.server import LlamaServer, ServerConfig, find_llama_server
-from bench.speed.launch_time import ROOT, _free_port, _get, _identity
+from bench.speed.launch_time import ROOT
+from bench.speed.serving_paths import launched_app
+from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
+from engine.models.sources import gguf_file
 
 PROMPTS = ROOT / "bench" / "prompts" / "eval.jsonl"
 PEER_CONTEXT = {"concurrent": 32768, "sequential": 8192}  # llama-server's -c for each job
@@ -62,8 +65,10 @@ def prompts(n: int) -> list[str]:
 def ask(base: str, prompt: str, max_tokens: int) -> None:
     body = {"model": "speclens", "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
             "temperature": 0.0}
-    if _get(base + "/v1/chat/completions", body, timeout=1800) is None:
-        raise SystemExit(f"{base}/v1/chat/completions did not answer")
+    request = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=1800) as response:
+        response.read()
 
 
 def run_job(base: str, job: str, n: int, max_tokens: int) -> None:
@@ -77,29 +82,12 @@ def run_job(base: str, job: str, n: int, max_tokens: int) -> None:
             ask(base, text, max_tokens)
 
 
-def app_footprint(job: str, n: int, max_tokens: int, cache_dir: Path, launch_args: list[str],
-                  figures_timeout_s: float = 600.0) -> Footprint:
-    port = _free_port()
-    command = [sys.executable, "launch.py", "--no-browser", "--port", str(port), "--cache-dir", str(cache_dir),
-               *launch_args]
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + figures_timeout_s
-        while not (identity := _identity(base)) or identity.get("measuring"):  # serving, and its figures in
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"launch.py did not serve with its figures in (exit code {proc.poll()})")
-            time.sleep(0.5)
+def app_footprint(job: str, n: int, max_tokens: int, cache_dir: Path, launch_args: list[str]) -> Footprint:
+    with launched_app(ROOT, str(cache_dir), launch_args, semantic_cache=True) as (base, pid):  # its figures in
         run_job(base, job, n, max_tokens)
-        rss, peak = memory_mb(proc.pid)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    shown = " ".join(["python", *command[1:]]).replace(f"--port {port}", "--port PORT")
-    return Footprint("app", job, n, rss, peak, shown.replace(str(cache_dir), "NEW_DIR"))
+        rss, peak = memory_mb(pid)
+    command = " ".join(["python launch.py --no-browser --port PORT --cache-dir NEW_DIR", *launch_args])
+    return Footprint("app", job, n, rss, peak, command)
 
 
 def peer_footprint(job: str, n: int, max_tokens: int, binary: Path, target: Path, draft: Path,
@@ -132,8 +120,6 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
 
 def _pair(launch_args: list[str]) -> tuple[str, str]:
     """The target and draft launch.py loads with ``launch_args`` (its defaults: the catalog's pair)."""
-    from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
-
     p = argparse.ArgumentParser(add_help=False)
     p.add_argument("--target", default=DEFAULT_TARGET)
     p.add_argument("--draft", default=DEFAULT_DRAFT)
@@ -142,10 +128,6 @@ def _pair(launch_args: list[str]) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> list[Footprint]:
-    import os
-
-    from engine.models.sources import gguf_file
-
     args, launch_args = parse_args(argv)
     binary = find_llama_server(args.llama_server)
     if binary is None:

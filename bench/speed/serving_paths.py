@@ -102,11 +102,12 @@ def stream_sse(url: str, body: dict, timeout: float = 1800.0) -> dict:
 
 
 @contextmanager
-def launched_app(app_dir: Path, cache_dir: str | None, pair: list[str]):
-    """``launch.py --no-browser --no-semantic-cache`` from ``app_dir`` on a free port with the ``pair`` options;
-    yields (url, pid)."""
+def launched_app(app_dir: Path, cache_dir: str | None, pair: list[str], semantic_cache: bool = False):
+    """``launch.py --no-browser`` (``--no-semantic-cache`` unless ``semantic_cache``) from ``app_dir`` on a free port
+    with the ``pair`` options, once its figures are in; yields (url, pid)."""
     port = free_port()
-    command = [sys.executable, "launch.py", "--no-browser", "--no-semantic-cache", "--port", str(port), *pair]
+    command = [sys.executable, "launch.py", "--no-browser", *([] if semantic_cache else ["--no-semantic-cache"]),
+               "--port", str(port), *pair]
     if cache_dir:
         command += ["--cache-dir", cache_dir]
     log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"speclens-serving-{port}.log", "w")

@@ -54,7 +54,7 @@ class DraftModelProposer:
             return EMPTY_DRAFT
         self.draft.rollback(self._kept(context_ids))  # one rollback
         feed = context_ids[len(self.draft.tokens):]
-        fed = len(feed) + k - 1  # at most: it may stop early
+        first = len(feed)  # its catch-up and the step's newest token; then one drafted token a forward
         tokens, q_rows, confidence = [], [], 1.0
         for _ in range(k):
             q = logits_to_probs(self.draft.forward(feed, n_logits=1)[-1], self.sampling)  # (vocab,)
@@ -66,5 +66,4 @@ class DraftModelProposer:
                 break
             feed = [token]
         self._drafted_from, self._fed = len(context_ids), tokens[:-1]  # the last one was never fed
-        fed -= k - len(tokens)
-        return Draft(tokens, torch.stack(q_rows), self.name, fed=fed)  # q: (len(tokens), vocab)
+        return Draft(tokens, torch.stack(q_rows), self.name, fed=first + len(tokens) - 1)  # q: (len(tokens), vocab)

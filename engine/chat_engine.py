@@ -107,11 +107,13 @@ class ChatEngine:
         return proofs.prove_fp32(pair, copies, load_s, self.lock, messages, sampling, spec)
 
     def run_experiment(self, grid: ExperimentGrid, cancel: threading.Event | None = None) -> Iterator[LabUpdate]:
-        """The loaded pair's models are reused, others load once for this run; each step holds the lock."""
+        """The loaded pair's models and the step costs it measured at load are reused, other pairs load and are
+        measured once for this run; each step holds the lock."""
         pair = self.slot.pair
         pool = ModelPool(list(pair.models) if pair else [], self.slot.cache_dir)
+        known = {tuple((m.name, m.precision) for m in pair.models): pair.costs} if pair and pair.costs else {}
         cancel = cancel or threading.Event()
-        yield from run_ahead(self.lock.stepwise(run_grid(grid, pool, cancel), pool.models.values(),
+        yield from run_ahead(self.lock.stepwise(run_grid(grid, pool, cancel, known), pool.models.values(),
                                                 "while experimenting"), cancel, name="speclens-experiment")
 
     def pair_doctor(self, kinds: tuple[str, ...] = DOCTOR_KINDS, probe_tokens: int = 24,

@@ -1,7 +1,7 @@
 """Run an experiment grid: every cell's prompts speculative, their target-only baselines, one row per cell.
 
 Models load once per (model, precision) per run (``ModelPool``; the engine's loaded pair is reused), and each
-(target, draft) pair has its step costs measured once. Runs are seeded: prompt i of a set samples with
+(target, draft) pair has its step costs measured once (the engine's loaded pair: those it measured at load). Runs are seeded: prompt i of a set samples with
 ``grid.seed + i``, so a rerun of a saved grid gives the same token ids (greedy) and accept counts (seeded
 sampling, fixed k; the adaptive k follows measured timings, so its draft lengths may differ between runs).
 """
@@ -95,10 +95,11 @@ def distribution_check(target: LoadedModel, prompts: list[list[int]], runs: list
 class GridRun:
     """The state of one run: the pool, pairs with measured step costs, baselines, progress."""
 
-    def __init__(self, grid: ExperimentGrid, pool: ModelPool, cancel: threading.Event | None):
+    def __init__(self, grid: ExperimentGrid, pool: ModelPool, cancel: threading.Event | None,
+                 costs: dict[tuple, StepCosts] | None = None):
         self.grid, self.pool, self.cancel = grid, pool, cancel
         self.cells = grid.cells()
-        self.costs: dict[tuple, StepCosts] = {}
+        self.costs: dict[tuple, StepCosts] = dict(costs or {})
         self.baselines: dict[tuple, list[PromptRun]] = {}
         self.done = 0
         self.total = sum(grid.generations())
@@ -167,9 +168,11 @@ class GridRun:
                                                                   (target.precision, draft.precision)))
 
 
-def run_grid(grid: ExperimentGrid, pool: ModelPool, cancel: threading.Event | None = None) -> Iterator[LabUpdate]:
-    """Progress updates, a row per finished cell, and last an update whose ``result`` is the whole run."""
-    run = GridRun(grid, pool, cancel)
+def run_grid(grid: ExperimentGrid, pool: ModelPool, cancel: threading.Event | None = None,
+             costs: dict[tuple, StepCosts] | None = None) -> Iterator[LabUpdate]:
+    """Progress updates, a row per finished cell, and last an update whose ``result`` is the whole run. ``costs``:
+    step costs measured already, by ((target name, precision), (draft name, precision))."""
+    run = GridRun(grid, pool, cancel, costs)
     rows, started = [], time.time()
     yield run.update(f"{len(run.cells)} cells, {run.total} generations")
     for cell in run.cells:

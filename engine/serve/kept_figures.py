@@ -1,5 +1,6 @@
 """The load-time figures kept between launches: quiet ones only, per machine, model file, precision and runtime build
-(a JSON file in the cache directory), so a second launch on the same machine serves with them at once."""
+(a JSON file in the cache directory), so a second launch on the same machine serves with them at once; a pair no file
+names (torch runs it) keeps them with its loaded objects, for this process only."""
 from __future__ import annotations
 
 import hashlib
@@ -7,6 +8,7 @@ import json
 import logging
 import os
 import threading
+import weakref
 from pathlib import Path
 
 from engine.models.load_checks import LoadChecks
@@ -34,8 +36,8 @@ def machine_key() -> str:
 
 
 def model_key(model: LoadedModel) -> str | None:
-    """The model file, precision and runtime build its figures hold for; None where they are not kept (a model with
-    no file of its own: a test's, or one torch runs, which is measured at each launch)."""
+    """The model file, precision and runtime build its figures hold for; None where no file names it (a test's model,
+    or one torch runs: measured at each load, its figures kept with the loaded objects: ``LoadedPairs``)."""
     path = getattr(model.backend, "path", None)
     if path is None:
         return None
@@ -54,8 +56,35 @@ def pair_key(target: LoadedModel, draft: LoadedModel) -> str | None:
     return None if None in keys else "||".join((machine_key(), *keys))
 
 
+class LoadedPairs:
+    """Quiet figures of pairs that no file names (torch-run models: ``pair_key`` is None), held for as long as those
+    very loaded objects live in this process: another engine on them (a test's, a bench's) is not measured again,
+    while a new load of the same model is. Process-wide, as the objects are."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._held: dict[tuple[int, int], tuple[weakref.ref, weakref.ref, LoadChecks]] = {}
+
+    def get(self, target: LoadedModel, draft: LoadedModel) -> LoadChecks | None:
+        with self._lock:
+            held = self._held.get((id(target), id(draft)))
+        return held[2] if held and held[0]() is target and held[1]() is draft else None
+
+    def put(self, target: LoadedModel, draft: LoadedModel, checks: LoadChecks | None) -> None:
+        with self._lock:
+            self._held = {ids: held for ids, held in self._held.items() if held[0]() and held[1]()}  # the dropped go
+            if checks is None:
+                self._held.pop((id(target), id(draft)), None)
+            else:
+                self._held[(id(target), id(draft))] = (weakref.ref(target), weakref.ref(draft), checks)
+
+
+LOADED_PAIRS = LoadedPairs()
+
+
 class MeasuredStore:
-    """Quiet figures by ``pair_key``, in a JSON file; a directory that cannot be written keeps them in memory."""
+    """Quiet figures of a pair: by ``pair_key`` in a JSON file (a directory that cannot be written keeps them in
+    memory), or, for a pair no file names, by its loaded objects (``LOADED_PAIRS``)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -69,9 +98,10 @@ class MeasuredStore:
             return {}
         return data if isinstance(data, dict) else {}
 
-    def get(self, key: str | None) -> LoadChecks | None:
+    def get(self, models: tuple[LoadedModel, LoadedModel]) -> LoadChecks | None:
+        key = pair_key(*models)
         if key is None:
-            return None
+            return LOADED_PAIRS.get(*models)
         with self._lock:
             record = self._memory.get(key) or self._read().get(key)
         try:
@@ -79,8 +109,12 @@ class MeasuredStore:
         except (KeyError, TypeError, ValueError):  # a record of an older shape: measured again
             return None
 
-    def put(self, key: str | None, checks: LoadChecks) -> None:
-        if key is None or checks.busy:
+    def put(self, models: tuple[LoadedModel, LoadedModel], checks: LoadChecks) -> None:
+        if checks.busy:
+            return
+        key = pair_key(*models)
+        if key is None:
+            LOADED_PAIRS.put(*models, checks)
             return
         with self._lock:
             self._memory[key] = checks.to_json()
@@ -93,7 +127,11 @@ class MeasuredStore:
                 log.warning("could not keep the measured figures in %s (%s): kept in memory until the app stops",
                             self.path, err.strerror or err)
 
-    def forget(self, key: str | None) -> None:
+    def forget(self, models: tuple[LoadedModel, LoadedModel]) -> None:
+        key = pair_key(*models)
+        if key is None:
+            LOADED_PAIRS.put(*models, None)
+            return
         with self._lock:
             self._memory.pop(key, None)
             data = self._read()

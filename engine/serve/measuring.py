@@ -24,7 +24,7 @@ from engine.config import SamplingConfig
 from engine.models.load_checks import LoadChecks, TargetSpeed, check_identity, measure_step_costs
 from engine.models.loading import LoadedModel, runner_for
 from engine.models.prompt import encode_chat
-from engine.serve.kept_figures import MeasuredStore, pair_key
+from engine.serve.kept_figures import MeasuredStore
 from engine.serve.model_lock import MEASURING, ModelLock
 from engine.start.decoders import start_reference
 
@@ -192,7 +192,7 @@ class Measurer:
                     return
                 done.set()
                 if not checks.busy:
-                    self.store.put(pair_key(*models), checks)
+                    self.store.put(models, checks)
                     return
                 log.warning("load-time figures flagged: %s%s", checks.busy,
                             f"; measuring again in {delay:.0f} s" if retry else "")

@@ -22,7 +22,7 @@ from engine.models.auto import describe, plan_precisions
 from engine.models.hardware import detect_machine
 from engine.models.loading import LoadedModel, check_pair, check_pair_sources, load_model, runner_name
 from engine.models.load_checks import LoadChecks
-from engine.serve.kept_figures import pair_key, store_for
+from engine.serve.kept_figures import store_for
 from engine.serve.measuring import Measurer
 from engine.serve.model_lock import ModelLock
 from engine.serve.verify_mode import VerifyChoice, choose_verify
@@ -142,7 +142,7 @@ class PairSlot:
         note = note or describe(detect_machine(target.device.type), {"target": target.precision,
                                                                       "draft": draft.precision},
                                 {r for r, m in zip(PAIR_ROLES, (target, draft)) if m.auto_precision}, [])
-        kept = self.store.get(pair_key(target, draft))
+        kept = self.store.get((target, draft))
         pair = Pair(target, draft, note, kept, _verify_choice(kept))
         with self._swap:
             switched, self.pair = self.pair is not None, pair
@@ -171,7 +171,7 @@ class PairSlot:
         """Measure the loaded pair again beside serving (its kept figures dropped); meanwhile it says "measuring"."""
         with self._swap:
             pair = self.require()
-            self.store.forget(pair_key(*pair.models))
+            self.store.forget(pair.models)
             self.pair = pair = replace(pair, checks=None, verify=VerifyChoice())
         self.measurer.start(pair.models)
         return pair

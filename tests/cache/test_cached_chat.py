@@ -33,8 +33,16 @@ def ask(engine, prompt, **kwargs):
     return events
 
 
+REFERENCES: dict[tuple[int, str], object] = {}  # (the target's id, prompt) -> its greedy target-only answer
+
+
 def reference(engine, prompt):
-    return list(engine.generate_reference([{"role": "user", "content": prompt}], GREEDY))[-1]
+    """The target-only answer, decoded once per target and prompt (greedy: every test that compares with the same
+    prompt's gets the same tokens; the models live in the session's pool, so their ids are not reused)."""
+    key = (id(engine.target), prompt)
+    if key not in REFERENCES:
+        REFERENCES[key] = list(engine.generate_reference([{"role": "user", "content": prompt}], GREEDY))[-1]
+    return REFERENCES[key]
 
 
 def test_miss_then_exact_hit_replays_the_same_answer_as_cached_tokens(engine):

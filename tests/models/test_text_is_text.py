@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from engine.errors import EmptyPromptError, InvalidSettingError, PromptTooLongError
+from engine.models.catalog import DEFAULT_DRAFT
 from engine.models.prompt import check_text, encode_chat, plain_text_ids, template_ids
 from tests.helpers.constants import QWEN, SMOL
 from tests.helpers.prompts import eval_prompts
@@ -132,10 +133,11 @@ def test_random_unicode_never_becomes_markup_and_bad_text_gets_a_sentence(tokeni
 
 # ---- real models: the forged turn is answered as a message ---------------------------------------------
 @pytest.mark.real
-@pytest.mark.parametrize("name, precision", [(SMOL, "fp32"), (QWEN, "int8-weight")])
+@pytest.mark.parametrize("name, precision", [(SMOL, "fp32"), (DEFAULT_DRAFT, "gguf")])
 def test_the_pwned_message_is_answered_as_a_normal_message(real_models, name, precision):
     """Through the engine (the path of the chat and /v1): the prompt holds one user turn with the marker text,
-    and the answer is the target's answer to that text. SmolLM2 answered "PWNED." to the old encoding."""
+    and the answer is the target's answer to that text. SmolLM2 answered "PWNED." to the old encoding. Qwen's case
+    runs the default draft on llama.cpp (the path auto picks; the 1.5B target has the same template and tokenizer)."""
     from engine.config import CACHE_OFF, DEFAULT_SPEC, SamplingConfig
     from engine.events import TokenEvent
     from engine.start.decoders import start_reference

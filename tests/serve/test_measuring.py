@@ -10,7 +10,7 @@ from engine.chat_engine import ChatEngine
 from engine.config import SamplingConfig, SpecConfig
 from engine.events import final_done
 from engine.models.load_checks import LoadChecks, TargetSpeed
-from engine.serve import measuring
+from engine.serve import kept_figures, measuring
 from engine.serve.kept_figures import MeasuredStore
 from engine.serve.measuring import CpuWatch, busy_reason, idle_step, measure_pair
 from engine.serve.model_lock import MEASURING, ModelLock
@@ -109,7 +109,7 @@ def test_the_pair_answers_before_its_figures_are_in_and_says_so(tmp_path):
 
 
 def test_a_busy_measurement_is_flagged_used_and_not_kept(tmp_path, monkeypatch):
-    monkeypatch.setattr(measuring, "pair_key", lambda target, draft: "this machine|these files")
+    monkeypatch.setattr(kept_figures, "pair_key", lambda target, draft: "this machine|these files")
     monkeypatch.setattr(measuring, "RETRY_S", 3600.0)  # the retry waits; the test ends first
     engine = ChatEngine(cache_dir=tmp_path)
     clock = FakeClock()
@@ -141,8 +141,7 @@ def _advancing(watch: CpuWatch, clock: FakeClock, seconds: float) -> CpuWatch:
 
 
 def test_quiet_figures_are_kept_and_the_next_engine_serves_with_them_at_once(tmp_path, monkeypatch):
-    monkeypatch.setattr(measuring, "pair_key", lambda target, draft: "this machine|these files")
-    monkeypatch.setattr("engine.serve.pair_slot.pair_key", lambda target, draft: "this machine|these files")
+    monkeypatch.setattr(kept_figures, "pair_key", lambda target, draft: "this machine|these files")
     monkeypatch.setattr(measuring, "busy_reason", lambda spread, others: "")  # a quiet machine, whatever the CI's
     first = ChatEngine(cache_dir=tmp_path)
     first.use_models(*tiny_pair(5))
@@ -165,22 +164,44 @@ def test_quiet_figures_are_kept_and_the_next_engine_serves_with_them_at_once(tmp
         (tmp_path / "measured.json").read_text())
 
 
-def test_kept_figures_read_back_equal_and_a_damaged_file_is_measured_again(tmp_path):
+def test_kept_figures_read_back_equal_and_a_damaged_file_is_measured_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(kept_figures, "pair_key", lambda target, draft: target)  # the key is the target
     costs_like = tiny_checks()
     store = MeasuredStore(tmp_path / "m.json")
-    store.put("k", costs_like)
-    assert store.get("k") == LoadChecks(**{**costs_like.__dict__, "kept": True})
+    store.put(("k", "d"), costs_like)
+    assert store.get(("k", "d")) == LoadChecks(**{**costs_like.__dict__, "kept": True})
     (tmp_path / "m.json").write_text("{not json")
-    assert store.get("k") == costs_like.__class__(**{**costs_like.__dict__, "kept": True})  # still in memory
-    assert MeasuredStore(tmp_path / "m.json").get("k") is None  # a new process: measured again
+    assert store.get(("k", "d")) == costs_like.__class__(**{**costs_like.__dict__, "kept": True})  # still in memory
+    assert MeasuredStore(tmp_path / "m.json").get(("k", "d")) is None  # a new process: measured again
     (tmp_path / "m.json").write_text(json.dumps({"k": {"costs": {"x": 1}}}))
-    assert MeasuredStore(tmp_path / "m.json").get("k") is None  # an older shape: measured again
+    assert MeasuredStore(tmp_path / "m.json").get(("k", "d")) is None  # an older shape: measured again
     narrow = costs_like.to_json()
     narrow["costs"]["verify_table"] = [[1, 0.012], [2, 0.014], [16, 0.04]]  # a curve of other widths (up to 16)
     (tmp_path / "m.json").write_text(json.dumps({"k": narrow}))
-    assert MeasuredStore(tmp_path / "m.json").get("k") is None  # measured again, up to 64
-    store.put("busy", LoadChecks(**{**costs_like.__dict__, "busy": "others took 80%"}))
-    assert store.get("busy") is None
+    assert MeasuredStore(tmp_path / "m.json").get(("k", "d")) is None  # measured again, up to 64
+    store.put(("busy", "d"), LoadChecks(**{**costs_like.__dict__, "busy": "others took 80%"}))
+    assert store.get(("busy", "d")) is None
+
+
+def test_a_pair_no_file_names_keeps_its_figures_with_its_loaded_objects(tmp_path):
+    """Torch-run models have no file key: their quiet figures hold for those very objects in this process (another
+    engine on them is not measured again), never for a new load, and Re-measure drops them."""
+    pair = tiny_pair(5)
+    first = ChatEngine(cache_dir=tmp_path)
+    first.slot.measurer.measure = lambda *a: tiny_checks()
+    first.use_models(*pair)
+    second = ChatEngine(cache_dir=tmp_path)
+    second.slot.measurer.measure = lambda *a: pytest.fail("these loaded objects were measured already")
+    second.use_models(*pair)
+    assert second.info().costs == first.info().costs and not second.info().measuring
+    assert not (tmp_path / "measured.json").exists()  # nothing on disk: no file names these models
+    calls = []
+    second.slot.measurer.measure = lambda *a: calls.append(a) or tiny_checks()
+    second.use_models(*tiny_pair(5))  # a new load of the same model: measured
+    second.use_models(*pair)
+    second.remeasure()  # Re-measure: the kept figures go
+    assert second.wait_measured(timeout=60) and len(calls) == 2
+    assert kept_figures.LOADED_PAIRS.get(*tiny_pair(5)) is None
 
 
 def tiny_checks() -> LoadChecks:

@@ -168,10 +168,11 @@ def test_a_cells_command_reads_its_prompts_from_the_saved_json(tmp_path):
 
 @pytest.mark.real
 def test_a_real_pair_reruns_to_the_same_tokens_and_accept_counts(real_models):
-    """SmolLM2-135M (int8-weight target, nf4 draft): the saved grid run again on the same machine."""
-    e = real_models.engine(SMOL, "int8-weight", SMOL, "nf4")
+    """SmolLM2-135M (int8-weight target, int8-dynamic draft: the pair tests/backends/test_identity_check.py measures,
+    whose figures the pooled models keep): the saved grid run again on the same machine."""
+    e = real_models.engine(SMOL, "int8-weight", SMOL, "int8-dynamic")
     grid = ExperimentGrid(sets=("code",), ks=(3,), temperatures=(0.0, 1.0), target=SMOL,
-                          drafts=(SMOL,), draft_precisions=("nf4",),
+                          drafts=(SMOL,), draft_precisions=("int8-dynamic",),
                           target_precisions=("int8-weight",), prompts_per_set=1, max_new_tokens=24, seed=3)
     first = run(e, grid)[-1].result
     again = run(e, ExperimentGrid.from_dict(json.loads(json.dumps(first["grid"]))))[-1].result

@@ -1,9 +1,10 @@
 """Run an experiment grid: every cell's prompts speculative, their target-only baselines, one row per cell.
 
 Models load once per (model, precision) per run (``ModelPool``; the engine's loaded pair is reused), and each
-(target, draft) pair has its step costs measured once (the engine's loaded pair: those it measured at load). Runs are seeded: prompt i of a set samples with
-``grid.seed + i``, so a rerun of a saved grid gives the same token ids (greedy) and accept counts (seeded
-sampling, fixed k; the adaptive k follows measured timings, so its draft lengths may differ between runs).
+(target, draft) pair has its step costs measured once (the engine's loaded pair: those it measured at load). Runs
+are seeded: prompt i of a set samples with ``grid.seed + i``, so a rerun of a saved grid gives the same token ids
+(greedy) and accept counts (seeded sampling, fixed k; the adaptive k follows measured timings, so its draft lengths
+may differ between runs).
 """
 from __future__ import annotations
 

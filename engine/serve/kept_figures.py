@@ -70,13 +70,14 @@ class LoadedPairs:
             held = self._held.get((id(target), id(draft)))
         return held[2] if held and held[0]() is target and held[1]() is draft else None
 
-    def put(self, target: LoadedModel, draft: LoadedModel, checks: LoadChecks | None) -> None:
+    def put(self, target: LoadedModel, draft: LoadedModel, checks: LoadChecks) -> None:
         with self._lock:
             self._held = {ids: held for ids, held in self._held.items() if held[0]() and held[1]()}  # the dropped go
-            if checks is None:
-                self._held.pop((id(target), id(draft)), None)
-            else:
-                self._held[(id(target), id(draft))] = (weakref.ref(target), weakref.ref(draft), checks)
+            self._held[(id(target), id(draft))] = (weakref.ref(target), weakref.ref(draft), checks)
+
+    def forget(self, target: LoadedModel, draft: LoadedModel) -> None:
+        with self._lock:
+            self._held.pop((id(target), id(draft)), None)
 
 
 LOADED_PAIRS = LoadedPairs()
@@ -130,7 +131,7 @@ class MeasuredStore:
     def forget(self, models: tuple[LoadedModel, LoadedModel]) -> None:
         key = pair_key(*models)
         if key is None:
-            LOADED_PAIRS.put(*models, None)
+            LOADED_PAIRS.forget(*models)
             return
         with self._lock:
             self._memory.pop(key, None)

@@ -46,6 +46,9 @@ def build_demo(ctx: AppContext) -> gr.Blocks:
 
 
 def launch_kwargs() -> dict:
-    """What ``demo.launch`` needs for the look (Gradio 6 takes theme and CSS at launch)."""
-    return dict(css_paths=[ASSETS / "style.css"], css=pygments_css(),
+    """What ``demo.launch`` needs for the look (Gradio 6 takes theme and CSS at launch), and no run history: Gradio
+    6.31's page would keep every run's inputs and outputs (prompts and answers included) in the browser's
+    localStorage, reading and writing the whole list again at each streamed frame, twice a second, on the cores the
+    model decodes on (docs/bench.md, the page's profile)."""
+    return dict(css_paths=[ASSETS / "style.css"], css=pygments_css(), run_history=False,
                 theme=gr.themes.Soft(primary_hue="indigo", neutral_hue="slate"))

@@ -3,6 +3,7 @@
 python -m bench.speed.serving --prompts bench/prompts/eval.jsonl [--max-new-tokens 96]
                               [--modes browser,v1,engine,llama-server,floor] [--target NAME] [--draft NAME]
                               [--app-dir DIR] [--cache-dir DIR] [--llama-server PATH] [--threads N] [--json OUT]
+                              [--profile DIR]
 
 One conversation: every prompt of the file is sent after the ones before it, with their answers as its history,
 to four paths, in an order rotated per prompt:
@@ -18,11 +19,18 @@ to four paths, in an order rotated per prompt:
 The app is ``launch.py --no-semantic-cache`` (from ``--app-dir``, this checkout by default) on a free port, with the
 pair of ``--target`` and ``--draft`` (the default pair), as is the engine in this process; llama-server runs the
 target's GGUF file. Every run starts from the state a chat's next turn finds: the conversation so far is in the path's
-KV cache and the new message is not (each run is preceded by an untimed one-token request of the history and
-another message on the same path). The history goes on with the app's own answer (``v1``'s: the text the browser's
-chat holds, from the same engine, greedy), so every path's primer puts the browser's history in place. Each run records tokens, seconds, the time to the first token and the decode rate;
+KV cache and the new message is not. The browser's chat goes on with the answers it holds, which the app's pool of
+contexts keeps for its next turn whatever ran in between (a runner takes the context its prompt goes on from);
+every other run is preceded by an untimed one-token request of the history and another message on the same path,
+its history going on with the app's own answer (``v1``'s, else the engine's or llama-server's). ``v1`` asks as its
+own OpenAI ``user``, so neither of the app's paths drafts from the other's answer to the same message (the app's
+memory of earlier answers is per user). Each run records
+tokens, seconds, the time to the first token and the decode rate;
 the browser's also the panel's tokens/s, and every app run the CPU seconds the app (and for the browser, Chromium)
-took meanwhile. The summary prints the ratios the issue asks for.
+took meanwhile, and for a page (browser, floor) Chromium's own clocks of its main thread (CDP
+``Performance.getMetrics``: script, style, layout and all its tasks) and its DOM nodes. The summary prints the ratios
+the issue asks for and the pages' main-thread ms per token on the first and the last answer; ``--profile DIR`` also
+records the pages' JavaScript CPU profiles on those two answers.
 """
 from __future__ import annotations
 
@@ -36,39 +44,81 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from bench.cli import arguments_checked, read_jsonl
-from bench.speed.serving_paths import CHROMIUM, Paths
+from bench.speed.serving_paths import CHROMIUM, PAGE_METRICS, Paths, profile_top
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 
 ROOT = Path(__file__).resolve().parents[2]
 MODES = ("browser", "v1", "engine", "llama-server", "floor")
 
 
-def run_bench(paths: Paths, prompts: list[dict], modes: list[str]) -> list[dict]:
-    """Every prompt through every mode (the order rotated per prompt), one conversation."""
-    runs, history = [], []
+def run_bench(paths: Paths, prompts: list[dict], modes: list[str], profile_dir: Path | None = None) -> list[dict]:
+    """Every prompt through every mode (the order rotated per prompt), one conversation; with ``profile_dir``, the
+    pages' JavaScript CPU profiles of the first and the last answer are written there (``.cpuprofile``, for
+    DevTools' Performance panel) and their top functions kept in the runs."""
+    runs, history = [], []  # the conversation so far
     rotated = [m for m in modes if m != "floor"]
     with tqdm(total=len(prompts) * len(modes), desc="serving", unit="run") as bar:
         for i, item in enumerate(prompts):
-            messages = [*history, {"role": "user", "content": item["prompt"]}]
+            question = {"role": "user", "content": item["prompt"]}
+            messages = [*history, question]
             texts, done = {}, {}
+            profile = profile_dir is not None and i in (0, len(prompts) - 1)
             for mode in rotated[i % len(rotated):] + rotated[:i % len(rotated)]:
                 bar.set_postfix_str(f"{item['id']} / {mode}")
-                paths.prime(mode, history)
-                run = paths.run(mode, messages)
+                if mode != "browser":  # the chat's own context holds its conversation, kept by the app's pool
+                    paths.prime(mode, history)
+                run = paths.run(mode, messages, profile)
                 texts[mode] = run.pop("text", None)
-                done[mode] = run = {"id": item["id"], "kind": item.get("kind", ""), "turn": i, "mode": mode, **run}
+                done[mode] = run = {"id": item["id"], "kind": item.get("kind", ""), "turn": i, "mode": mode,
+                                    **_kept_profile(run, profile_dir, f"{mode}-answer{i + 1}")}
                 runs.append(run)
                 bar.update()
             if "floor" in modes:  # the browser's answer again, as spans of a plain page at the same rate
                 seen = done["browser"]
+                run = paths.floor_run(seen["tokens"], seen["decode_tokens_per_s"] or 15.0, profile)
                 runs.append({"id": item["id"], "kind": item.get("kind", ""), "turn": i, "mode": "floor",
-                             **paths.floor_run(seen["tokens"], seen["decode_tokens_per_s"] or 15.0)})
+                             **_kept_profile(run, profile_dir, f"floor-answer{i + 1}")})
                 bar.update()
-            # the history goes on with the app's own answer: the one the browser's chat holds (the same engine,
-            # greedy), so the chat's next message finds its history where the primer put it
+            # the history goes on with the app's own answer (v1's, else the engine's or llama-server's); the browser
+            # chat goes on with its own, in the page
             answer = next((texts[m] for m in ("v1", "engine", "llama-server") if texts.get(m) is not None), "")
             history = [*messages, {"role": "assistant", "content": answer}]
     return runs
+
+
+def _kept_profile(run: dict, profile_dir: Path | None, name: str) -> dict:
+    """The run with its page's CPU profile written to ``profile_dir/name.cpuprofile`` and its top functions kept."""
+    profile = run.pop("page_profile", None)
+    if profile is None:
+        return run
+    path = profile_dir / f"{name}.cpuprofile"
+    path.write_text(json.dumps(profile))
+    return {**run, "page_profile_file": str(path), "page_profile_top": profile_top(profile)}
+
+
+def page_cost_rows(runs: list[dict]) -> list[dict]:
+    """Per page run (browser, floor): what each token cost the page's main thread, in ms, by kind."""
+    rows = []
+    for r in runs:
+        if "page_task_s" in r and r["tokens"]:
+            rows.append({"turn": r["turn"], "mode": r["mode"], "nodes": r["page_nodes"],
+                         **{k: 1e3 * r[f"page_{k}_s"] / r["tokens"] for k in PAGE_METRICS}})
+    return rows
+
+
+def format_page_costs(runs: list[dict]) -> str:
+    """The page's main-thread ms per token by kind, first and last answer of each page (Chromium's own clocks)."""
+    rows = page_cost_rows(runs)
+    if not rows:
+        return ""
+    lines = ["| page, answer | " + " | ".join(f"{k} ms/token" for k in PAGE_METRICS) + " | DOM nodes |",
+             "| --- |" + " --- |" * (len(PAGE_METRICS) + 1)]
+    last = max(r["turn"] for r in rows)
+    for r in rows:
+        if r["turn"] in (0, last):
+            lines.append(f"| {r['mode']}, {r['turn'] + 1} | " + " | ".join(f"{r[k]:.1f}" for k in PAGE_METRICS)
+                         + f" | {r['nodes']} |")
+    return "\n".join(lines)
 
 
 def _rate(runs: list[dict]) -> float:
@@ -139,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--llama-server", default=None, help="llama-server binary (default: PATH, then the peer extra)")
     parser.add_argument("--threads", type=int, default=None, help="llama-server's threads (default: the engine's)")
     parser.add_argument("--json", help="write the runs and the summary here")
+    parser.add_argument("--profile", metavar="DIR", help="write the pages' JavaScript CPU profiles of the first and the "
+                                                         "last answer here (.cpuprofile) and keep their top functions")
     return parser
 
 
@@ -160,9 +212,14 @@ def main(argv: list[str] | None = None) -> None:
     with ExitStack() as stack:
         paths = Paths(stack, args, modes)
         print(f"[serving] {os.cpu_count()} cores; app {paths.url}; modes {', '.join(modes)}", flush=True)
-        runs = run_bench(paths, prompts, modes)
+        profile_dir = None
+        if args.profile:
+            profile_dir = Path(args.profile)
+            profile_dir.mkdir(parents=True, exist_ok=True)
+        runs = run_bench(paths, prompts, modes, profile_dir)
     summary = summarize(runs, modes)
     print(format_summary(summary))
+    print(format_page_costs(runs))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"runs": runs, "summary": summary}, indent=1))

@@ -13,6 +13,7 @@ import time
 from contextlib import ExitStack
 
 from bench.peer.server import free_port
+from bench.speed.serving_paths import PageClock
 
 FRAME_S = 0.2
 WORDS = ("def", " merge", "(a", ",", " b", "):", "\n   ", " result", " =", " []", "\n   ", " while", " a", " and",
@@ -69,7 +70,8 @@ class FloorPage:
         demo = floor_demo()
         port = free_port()
         threading.Thread(target=lambda: demo.launch(server_name="127.0.0.1", server_port=port,
-                                                    prevent_thread_lock=True, css=CSS, quiet=True),
+                                                    prevent_thread_lock=True, css=CSS, quiet=True,
+                                                    run_history=False),  # as the app
                          daemon=True).start()
         stack.callback(demo.close)
         self.page = browser.new_page(viewport={"width": 1500, "height": 1000})
@@ -83,18 +85,26 @@ class FloorPage:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
+        self.clock = PageClock(self.page)
         self.turn = 0
 
-    def ask(self, tokens: int, rate: float) -> dict:
-        """One answer of ``tokens`` spans at ``rate`` tokens a second; its seconds as the page saw them."""
+    def ask(self, tokens: int, rate: float, profile: bool = False) -> dict:
+        """One answer of ``tokens`` spans at ``rate`` tokens a second; its seconds as the page saw them, and what it
+        cost the page (``PageClock``; ``profile``: with its JavaScript CPU profile)."""
         page, self.turn = self.page, self.turn + 1
         prompt = f"question {self.turn}"
         page.fill("#floor-msg textarea", prompt)
         page.fill("#floor-tokens input", str(max(1, tokens)))
         page.fill("#floor-rate input", f"{max(rate, 0.5):.3f}")
         page.locator("#floor-rate input").blur()
+        before = self.clock.read()
+        if profile:
+            self.clock.start_profile()
         began = time.perf_counter()
         page.click("#floor-send")
         page.wait_for_function(DONE_JS, arg=prompt, timeout=1_800_000, polling=200)
-        return {"tokens": max(1, tokens), "seconds": time.perf_counter() - began, "ttft_s": None,
-                "decode_tokens_per_s": None}
+        seconds = time.perf_counter() - began
+        spent = self.clock.spent(before, self.clock.read())
+        if profile:
+            spent["page_profile"] = self.clock.stop_profile()
+        return {"tokens": max(1, tokens), "seconds": seconds, "ttft_s": None, "decode_tokens_per_s": None, **spent}

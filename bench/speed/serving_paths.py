@@ -18,6 +18,9 @@ from bench.speed.mode_runs import decode_rate
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 PRIME = "."  # the other message of a primer: its request puts the history in the path's KV cache
+# /v1's OpenAI ``user``: its own scope of the app's memory of earlier answers (engine/proposers/memory.py), as a
+# script's; the browser's chat drafts from its own answers only, not from /v1's answer to the same message
+V1_USER = "serving-bench"
 STARTUP_S = 900
 
 # the page's clock: the click, the first token drawn and the last, for the answer being waited on
@@ -138,6 +141,50 @@ def launched_app(app_dir: Path, cache_dir: str | None, pair: list[str], semantic
         log.close()
 
 
+# Chromium's own clocks for a page (CDP Performance.getMetrics, seconds of the renderer's main thread): what an answer
+# cost the page, by kind; "task" is all of it (script, style, layout and the rest: paint, parsing, GC outside scripts)
+PAGE_METRICS = {"task": "TaskDuration", "script": "ScriptDuration", "style": "RecalcStyleDuration",
+                "layout": "LayoutDuration"}
+
+
+class PageClock:
+    """A page's main-thread seconds by kind (``PAGE_METRICS``), and its JavaScript CPU profile on demand (CDP)."""
+
+    def __init__(self, page):
+        self.cdp = page.context.new_cdp_session(page)
+        self.cdp.send("Performance.enable")
+        self.cdp.send("Profiler.enable")
+
+    def read(self) -> dict:
+        metrics = {m["name"]: m["value"] for m in self.cdp.send("Performance.getMetrics")["metrics"]}
+        return {"nodes": metrics.get("Nodes", 0), **{k: metrics.get(v, 0.0) for k, v in PAGE_METRICS.items()}}
+
+    @staticmethod
+    def spent(before: dict, after: dict) -> dict:
+        """The page's seconds by kind between two reads, and its DOM nodes at the end."""
+        return {"page_nodes": int(after["nodes"]), **{f"page_{k}_s": after[k] - before[k] for k in PAGE_METRICS}}
+
+    def start_profile(self) -> None:
+        self.cdp.send("Profiler.setSamplingInterval", {"interval": 200})  # microseconds
+        self.cdp.send("Profiler.start")
+
+    def stop_profile(self) -> dict:
+        return self.cdp.send("Profiler.stop")["profile"]
+
+
+def profile_top(profile: dict, n: int = 15) -> list[dict]:
+    """A CPU profile's functions by self time (ms), the most first: name, script file and line."""
+    nodes = {node["id"]: node for node in profile["nodes"]}
+    deltas = profile.get("timeDeltas") or []
+    spent: dict[tuple, float] = {}
+    for sample, delta in zip(profile.get("samples") or [], deltas[1:] + [0]):
+        frame = nodes[sample]["callFrame"]
+        key = (frame["functionName"] or "(anonymous)", frame["url"].rsplit("/", 1)[-1], frame["lineNumber"] + 1)
+        spent[key] = spent.get(key, 0.0) + delta / 1e3
+    top = sorted(spent.items(), key=lambda kv: -kv[1])[:n]
+    return [{"function": f, "file": u, "line": line, "self_ms": round(ms, 1)} for (f, u, line), ms in top]
+
+
 class Browser:
     """One Chat tab in headless Chromium, one conversation."""
 
@@ -153,14 +200,22 @@ class Browser:
         self.page.fill("#max-new-tokens input", str(max_new_tokens))  # the chat's setting, as the other paths'
         self.page.locator("#max-new-tokens input").blur()
         self.page.evaluate(WATCH_JS)
+        self.clock = PageClock(self.page)
         self.answers = 0
 
-    def ask(self, prompt: str) -> dict:
+    def ask(self, prompt: str, profile: bool = False) -> dict:
+        """One message and its answer, as the page saw it; ``profile``: with the page's JavaScript CPU profile."""
         page = self.page
         page.fill("#msg textarea", prompt)
         self.answers += 1
+        before = self.clock.read()
+        if profile:
+            self.clock.start_profile()
         page.evaluate(SEND_JS, self.answers)
         page.wait_for_function(FINISHED_JS, arg=self.answers, timeout=1_800_000, polling=200)
+        spent = self.clock.spent(before, self.clock.read())
+        if profile:
+            spent["page_profile"] = self.clock.stop_profile()
         clock = page.evaluate("() => window.__bench")
         tokens = int(self.stat("tokens"))
         seconds = (clock["last"] - clock["click"]) / 1000
@@ -169,7 +224,7 @@ class Browser:
         return {"tokens": tokens, "seconds": seconds, "ttft_s": ttft,
                 "decode_tokens_per_s": decode_rate(tokens, seconds, ttft),
                 "panel_tokens_per_s": float(self.stat("tokens/s")),
-                "panel_decode_tokens_per_s": None if panel_decode in (None, "–") else float(panel_decode)}
+                "panel_decode_tokens_per_s": None if panel_decode in (None, "–") else float(panel_decode), **spent}
 
     def stat(self, label: str) -> str | None:
         """A number of the stats panel, as shown (None: the panel has no such number)."""
@@ -208,9 +263,16 @@ class Paths:
             self.peer = stack.enter_context(LlamaServer(ServerConfig(binary, gguf, threads=threads, context=8192)))
 
     def prime(self, mode: str, history: list[dict]) -> None:
+        """Put ``history`` in the KV cache of a text path (not the browser's: its chat keeps its own), as its next
+        turn finds it: an untimed one-token request of it and another message. No history, nothing to put."""
+        if mode == "browser":
+            raise ValueError("the browser's chat keeps its own conversation: nothing primes it")
+        if not history:
+            return
         messages = [*history, {"role": "user", "content": PRIME}]
-        if mode in ("browser", "v1"):  # one app, one pool of contexts
-            post_json(self.url + "/v1/chat/completions", {"messages": messages, "max_tokens": 1, "temperature": 0})
+        if mode == "v1":
+            post_json(self.url + "/v1/chat/completions", {"messages": messages, "max_tokens": 1, "temperature": 0,
+                                                          "user": V1_USER})
         elif mode == "engine":
             from engine.config import CACHE_OFF, DEFAULT_SPEC, SamplingConfig
 
@@ -220,15 +282,15 @@ class Paths:
             post_json(self.peer.url + "/v1/completions", {"prompt": self.engine.encode(messages), "max_tokens": 1,
                                                           "temperature": 0, "cache_prompt": True})
 
-    def run(self, mode: str, messages: list[dict]) -> dict:
+    def run(self, mode: str, messages: list[dict], profile: bool = False) -> dict:
         app_cpu, chromium = cpu_seconds([self.app_pid]), chromium_pids()
         browser_cpu = cpu_seconds(chromium)
         if mode == "browser":
-            run = self.browser.ask(messages[-1]["content"])
+            run = self.browser.ask(messages[-1]["content"], profile)
         elif mode == "v1":
             run = stream_sse(self.url + "/v1/chat/completions",
                              {"messages": messages, "max_tokens": self.max_new_tokens, "temperature": 0,
-                              "stream_options": {"include_usage": True}})
+                              "user": V1_USER, "stream_options": {"include_usage": True}})
         elif mode == "engine":
             run = self._engine_run(messages)
         else:
@@ -240,11 +302,11 @@ class Paths:
             run["browser_cpu_s"] = cpu_seconds(chromium) - browser_cpu
         return run
 
-    def floor_run(self, tokens: int, rate: float) -> dict:
+    def floor_run(self, tokens: int, rate: float, profile: bool = False) -> dict:
         """The floor page's answer of ``tokens`` spans at ``rate``, and the CPU seconds Chromium took meanwhile."""
         chromium = chromium_pids()
         browser_cpu = cpu_seconds(chromium)
-        run = self.floor.ask(tokens, rate)
+        run = self.floor.ask(tokens, rate, profile)
         run["browser_cpu_s"] = cpu_seconds(chromium) - browser_cpu
         return run
 

@@ -83,9 +83,10 @@ class Backend(Protocol):
     runtime (``"torch"``, ``"llama.cpp"``)."""
     kind: str
 
-    def runner(self, vocab_size: int) -> Runner:
+    def runner(self, vocab_size: int, context_ids: list[int] | None = None) -> Runner:
         """A runner on this model whose logits have ``vocab_size`` columns; it may hold tokens (see the module
-        docstring)."""
+        docstring). ``context_ids``: the prompt it is for, where a runtime keeps several contexts and can pick the
+        one holding most of it (None: a runner that will empty its cache)."""
         ...
 
     def describe(self) -> str:

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.backends.contract import common_prefix
 from engine.errors import MissingDependencyError, ModelFormatError
 
 GGUF = "gguf"
@@ -45,8 +46,9 @@ class GgufSettings:
     cache_v: str = "bf16"  # on the path that handles every row alike (docs/models.md)
     n_ctx: int = 8192  # tokens per context (each runner's KV cache), at most the model's training context
     threads: int | None = None  # None: the physical cores (physical_cores), as torch's default thread count
-    # contexts kept idle for the next runner (each holds its last prompt, which a follow-up turn resumes); one let go
-    # beyond them is freed, oldest first: after concurrent answers the memory goes back to what one chat needs
+    # contexts kept idle for the next runner (each holds its last conversation, which its next turn resumes: a chat's
+    # and a script's keep theirs); one let go beyond them is freed, oldest first, so after concurrent answers the
+    # memory goes back to what two conversations need
     max_idle: int = 2
 
 
@@ -84,6 +86,11 @@ def _quiet(lib) -> None:
     lib.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
 
 
+# a prompt goes on from an idle context's conversation where it shares at least this share of the context's tokens: a
+# chat's next turn shares all but the end of the last answer, which the chat template writes its own way
+GOES_ON = 0.9
+
+
 class GgufModel:
     """A GGUF file loaded by llama.cpp, and the pool of its contexts: the ``Backend`` of precision gguf."""
     kind = "llama.cpp"
@@ -102,7 +109,7 @@ class GgufModel:
         self.n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(self.model))
         self.n_ctx = min(settings.n_ctx, lib.llama_model_n_ctx_train(self.model))
         self.threads = settings.threads or physical_cores()
-        self._idle: list[tuple] = []  # (ctx, batch, tokens, row widths) of contexts no runner holds
+        self._idle: list[tuple] = []  # (ctx, batch, tokens, row widths) of contexts no runner holds, oldest first
         self._lock = threading.Lock()
         self._closer = weakref.finalize(self, _free_model, lib, self.model, self._idle)
         self._closer.atexit = False  # at exit the process frees everything; llama.cpp may be gone first
@@ -117,17 +124,39 @@ class GgufModel:
         """The GGUF file's size: llama.cpp maps its weights as they are stored."""
         return self.path.stat().st_size
 
-    def runner(self, vocab_size: int):
+    def runner(self, vocab_size: int, context_ids: list[int] | None = None):
         """A runner over an idle context, holding what its last runner left (``resume`` keeps what is still valid),
-        or over a new, empty one. The context returns to the pool when the runner is let go of."""
+        or over a new, empty one. The context returns to the pool when the runner is let go of. ``context_ids``: the
+        prompt the runner is for, which picks the context (``_pick``); None: a runner that empties its context (a
+        measurement, the judge), whose context is the first to be reused or freed once let go of."""
         from engine.backends.llama_cpp_runner import LlamaCppRunner  # numpy, and torch for the logits
 
         with self._lock:
-            idle = self._idle.pop() if self._idle else None
+            pick = self._pick(context_ids)
+            idle = self._idle.pop(pick) if pick is not None else None
         ctx, batch, tokens, widths = idle or (*self._new_context(), [], [])
         runner = LlamaCppRunner(self, ctx, batch, vocab_size, tokens, widths)
-        weakref.finalize(runner, self._release, ctx, batch, runner.tokens, runner.row_widths)
+        weakref.finalize(runner, self._release, ctx, batch, runner.tokens, runner.row_widths, context_ids is None)
         return runner
+
+    def _pick(self, context_ids: list[int] | None) -> int | None:
+        """Which idle context a runner for ``context_ids`` takes (None: a new one), as llama-server keeps slots: one
+        whose tokens the prompt goes on from (``GOES_ON``: a chat's next turn; an empty one counts); else a new one
+        while fewer than ``max_idle`` wait, so the conversations in them keep their place; else the one holding the
+        longest prefix of it, or with none, the least recently let go of. So a chat's next turn resumes its own
+        conversation though a script's request or a re-measure ran in between. A runner that empties its context
+        takes a new one while there is room, else the least recently let go of."""
+        room = len(self._idle) < self.settings.max_idle
+        if not context_ids:
+            return None if room else 0
+        shared = [common_prefix(tokens, context_ids) for _, _, tokens, _ in self._idle]
+        goes_on = [i for i, n in enumerate(shared) if n >= GOES_ON * len(self._idle[i][2])]
+        if goes_on:
+            return max(goes_on, key=lambda i: (shared[i], i))
+        if room:
+            return None
+        best = max(range(len(shared)), key=lambda i: (shared[i], i))
+        return best if shared[best] else 0
 
     @contextmanager
     def forward_clock(self, total: list[float]) -> Iterator[list[float]]:
@@ -160,9 +189,12 @@ class GgufModel:
                 tokens.clear()
                 widths.clear()
 
-    def _release(self, ctx, batch, tokens: list[int], widths: list[int]) -> None:
+    def _release(self, ctx, batch, tokens: list[int], widths: list[int], emptied: bool) -> None:
         with self._lock:
-            self._idle.append((ctx, batch, tokens, widths))
+            if emptied:  # what it holds is asked for by no one: first to be reused or freed
+                self._idle.insert(0, (ctx, batch, tokens, widths))
+            else:
+                self._idle.append((ctx, batch, tokens, widths))
             freed = self._idle[:-self.settings.max_idle] if len(self._idle) > self.settings.max_idle else []
             del self._idle[:len(freed)]
         for old_ctx, old_batch, *_ in freed:  # held by no runner: no forward can be running on it

@@ -35,8 +35,8 @@ class TorchBackend:
     model: torch.nn.Module
     kind: ClassVar[str] = "torch"
 
-    def runner(self, vocab_size: int) -> ModelRunner:
-        """A new runner with an empty KV cache."""
+    def runner(self, vocab_size: int, context_ids: list[int] | None = None) -> ModelRunner:
+        """A new runner with an empty KV cache (nothing is kept to pick from: ``context_ids`` changes nothing)."""
         return ModelRunner(self.model, vocab_size)
 
     def describe(self) -> str:

@@ -40,12 +40,13 @@ class LoadedModel:
     model: torch.nn.Module | None = None  # the transformers model where torch runs it (HF generate, hooks, copies)
 
 
-def runner_for(loaded: LoadedModel) -> Runner:
+def runner_for(loaded: LoadedModel, context_ids: list[int] | None = None) -> Runner:
     """A runner on ``loaded``'s model: the one way a decode, a proposer, a load-time check, the judge or a bench
     gets one. It may hold tokens (a llama.cpp context from the model's pool keeps what its last runner left): a decoder
-    calls ``resume``, which keeps only what is still valid for its context, and a caller that needs an empty cache
-    calls ``reset``."""
-    return loaded.backend.runner(loaded.vocab_size)
+    passes its prompt as ``context_ids`` (the pool gives the context holding most of it) and calls ``resume``, which
+    keeps only what is still valid for its context; a caller that needs an empty cache passes none and calls
+    ``reset``."""
+    return loaded.backend.runner(loaded.vocab_size, context_ids)
 
 
 def runner_name(loaded: LoadedModel) -> str:

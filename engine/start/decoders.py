@@ -38,12 +38,13 @@ def token_stream(target: LoadedModel, prompt_ids: list[int], sampling: SamplingC
 
 
 def make_proposer(spec: SpecConfig, draft: LoadedModel, cached_answer: tuple[int, ...] = (),
-                  prediction: tuple[int, ...] = (), memory: AnswerMemory | None = None) -> Proposer:
-    """The registry's proposer for ``spec`` (only model drafts make a draft runner). The free drafts a request
-    brings go first: a ``cached_answer`` (engine/proposers/cached_answer.py), then the client's ``prediction``
-    (engine/proposers/prediction.py), then the instance's ``memory`` of earlier work (engine/proposers/memory.py),
-    then that proposer."""
-    proposer = PROPOSERS[spec.proposer](lambda: runner_for(draft))
+                  prediction: tuple[int, ...] = (), memory: AnswerMemory | None = None,
+                  prompt_ids: list[int] | None = None) -> Proposer:
+    """The registry's proposer for ``spec`` (only model drafts make a draft runner, for ``prompt_ids``). The free
+    drafts a request brings go first: a ``cached_answer`` (engine/proposers/cached_answer.py), then the client's
+    ``prediction`` (engine/proposers/prediction.py), then the instance's ``memory`` of earlier work
+    (engine/proposers/memory.py), then that proposer."""
+    proposer = PROPOSERS[spec.proposer](lambda: runner_for(draft, prompt_ids))
     if memory is not None and len(memory):
         proposer = MemoryProposer(memory, fallback=proposer)
     if prediction:
@@ -63,9 +64,9 @@ def start_speculative(target: LoadedModel, draft: LoadedModel, prompt_ids: list[
     ``cached_answer``, ``prediction`` and ``memory``: free drafts the request brings (:func:`make_proposer`)."""
     stream = stream or token_stream(target, prompt_ids, sampling)
     cap = width_cap if spec.adaptive else None  # a fixed k is the user's choice
-    proposer = make_proposer(spec, draft, cached_answer, prediction, memory)
+    proposer = make_proposer(spec, draft, cached_answer, prediction, memory, prompt_ids)
     k_policy = Waiting() if measuring and spec.adaptive else policy_for(spec, costs, width=cap)
-    return speculative_generate(runner_for(target), proposer, prompt_ids, stream, sampling, k_policy,
+    return speculative_generate(runner_for(target, prompt_ids), proposer, prompt_ids, stream, sampling, k_policy,
                                 cancel=cancel, narrow=cap)
 
 
@@ -76,4 +77,4 @@ def start_reference(target: LoadedModel, prompt_ids: list[int], sampling: Sampli
     the identity check found bit-identical (IdentityCheck.width_cap): the prompt's rows are then computed as a fresh
     prefill computes them, whatever a pooled runner held, as an ``identical`` speculative decode computes them."""
     stream = stream or token_stream(target, prompt_ids, sampling)
-    return reference_generate(runner_for(target), prompt_ids, stream, sampling, cancel, narrow=width_cap)
+    return reference_generate(runner_for(target, prompt_ids), prompt_ids, stream, sampling, cancel, narrow=width_cap)

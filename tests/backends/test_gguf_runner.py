@@ -197,12 +197,12 @@ def test_forgetting_the_pools_prompts_gives_the_next_runner_an_empty_context(smo
     runner.forward([100, 101, 102, 103], n_logits=1)
     del runner
     gc.collect()
-    resumed = runner_for(smol)
+    resumed = runner_for(smol, [100, 101, 102, 103])
     assert resumed.tokens == [100, 101, 102, 103] and resumed.cache_len() == 4  # the pool kept the prompt
     del resumed
     gc.collect()
     smol.backend.forget_prompts()
-    fresh = runner_for(smol)
+    fresh = runner_for(smol, [100, 101, 102, 103])
     assert fresh.tokens == [] and fresh.cache_len() == 0
     del fresh
     gc.collect()
@@ -266,9 +266,10 @@ def test_the_pool_keeps_a_bounded_number_of_idle_contexts_and_frees_the_rest(smo
     import gc
 
     backend = smol.backend
-    runners = [runner_for(smol) for _ in range(4)]
+    runners = [runner_for(smol, [100 + i, 200, 300]) for i in range(4)]
     for i, runner in enumerate(runners):
-        runner.forward([100 + i, 200, 300], n_logits=1)
+        runner.resume([100 + i, 200, 300])
+        runner.forward([100 + i, 200, 300][len(runner.tokens):], n_logits=1)
     freed = []
     free = backend.lib.llama_free
     backend.lib.llama_free = lambda ctx: freed.append(ctx) or free(ctx)
@@ -280,8 +281,71 @@ def test_the_pool_keeps_a_bounded_number_of_idle_contexts_and_frees_the_rest(smo
         assert backend.idle_contexts == backend.settings.max_idle == 2
         assert len(freed) >= 2  # the rest were freed
         kept = [tokens for _, _, tokens, _ in backend._idle]
-        assert kept[-1][0] == 103 and all(len(t) == 3 for t in kept)  # the last released, whole
-        again = runner_for(smol)
+        assert [t[0] for t in kept] == [102, 103] and all(len(t) == 3 for t in kept)  # the last released, whole
+        again = runner_for(smol, [103, 200, 300, 400])
         assert backend.idle_contexts == 1 and again.tokens[0] == 103  # reused, with its prompt
     finally:
         backend.lib.llama_free = free
+
+
+def test_a_runner_takes_the_idle_context_its_prompt_goes_on_from(smol):
+    """As llama-server keeps slots: a chat's next turn resumes its own conversation though a script's request ran
+    in between (it got a context of its own while there was room) and was let go of later; a runner that empties its
+    context (a measurement) takes the least recently let go of when there is no room, and once let go of, its context
+    is the first reused or freed, so neither conversation loses its place."""
+    import gc
+
+    backend = smol.backend
+    with backend._lock:  # none waits: this test counts the contexts it makes
+        dropped, backend._idle[:] = backend._idle[:], []
+    for ctx, batch, *_ in dropped:
+        backend.lib.llama_batch_free(batch)
+        backend.lib.llama_free(ctx)
+    chat = runner_for(smol, [100, 200, 300, 400])
+    chat.forward([100, 200, 300, 400], n_logits=1)
+    del chat
+    gc.collect()
+    script = runner_for(smol, [100, 900, 901])  # shares one token of the chat's four: a context of its own
+    assert script.tokens == [] and backend.idle_contexts == 1
+    script.forward([100, 900, 901], n_logits=1)
+    del script  # let go of last
+    gc.collect()
+    turn = runner_for(smol, [100, 200, 300, 400, 500, 600])
+    assert turn.tokens == [100, 200, 300, 400]  # the chat's own context, not the script's newer one
+    assert turn.resume([100, 200, 300, 400, 500, 600]) == 4
+    turn.forward([500, 600], n_logits=1)
+    del turn
+    gc.collect()
+    measuring = runner_for(smol)  # no room: the least recently let go of (the script's)
+    assert measuring.tokens == [100, 900, 901]
+    measuring.reset()
+    measuring.forward([7, 8, 9], n_logits=1)
+    del measuring
+    gc.collect()
+    assert [t[0] for _, _, t, _ in backend._idle] == [7, 100]  # the emptied context first in line
+    again = runner_for(smol, [100, 200, 300, 400, 500, 600, 700])
+    assert again.tokens == [100, 200, 300, 400, 500, 600]
+    del again
+    gc.collect()
+
+
+def test_a_request_goes_on_from_its_own_conversation_not_a_longer_match_it_would_cut(smol):
+    """Two conversations that began alike: a script's history with another message after it (its primer), and a
+    chat that answered the very message the script now sends. The script's request shares more tokens with the
+    chat's context, but taking it would cut the chat's answer; it goes on from its own."""
+    import gc
+
+    backend = smol.backend
+    history, answer = list(range(100, 120)), list(range(300, 310))
+    own = runner_for(smol, [*history, 50])
+    own.resume([*history, 50])
+    own.forward([*history, 50][len(own.tokens):], n_logits=1)
+    chat = runner_for(smol, [*history, 60, 61])
+    chat.resume([*history, 60, 61, *answer])
+    chat.forward([*history, 60, 61, *answer][len(chat.tokens):], n_logits=1)
+    del own, chat
+    gc.collect()
+    request = runner_for(smol, [*history, 60, 61])  # shares 22 of the chat's 32, 20 of its own 21
+    assert request.tokens == [*history, 50]
+    del request
+    gc.collect()

@@ -4,6 +4,7 @@ a real launch.py, Debian's Chromium and the peer extra's llama-server."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -73,9 +74,10 @@ def test_the_serving_bench_runs_every_path_on_one_conversation(tmp_path, llama_s
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "one", "kind": "prose", "prompt": "Say hello."}\n'
                        '{"id": "two", "kind": "code", "prompt": "Write a Python loop that prints 1 to 3."}\n')
-    out = tmp_path / "serving.json"
+    out, profiles = tmp_path / "serving.json", tmp_path / "profiles"
     serving.main(["--prompts", str(prompts), "--max-new-tokens", "8", "--target", SMOL, "--draft", SMOL,
-                  "--cache-dir", str(cache_dir), "--llama-server", str(llama_server_binary), "--json", str(out)])
+                  "--cache-dir", str(cache_dir), "--llama-server", str(llama_server_binary), "--json", str(out),
+                  "--profile", str(profiles)])
     result = json.loads(out.read_text())
     runs = result["runs"]
     assert sorted({r["mode"] for r in runs}) == sorted(serving.MODES)
@@ -92,3 +94,30 @@ def test_the_serving_bench_runs_every_path_on_one_conversation(tmp_path, llama_s
     assert all(r["panel_tokens_per_s"] > 0 and r["browser_cpu_s"] > 0 for r in browser)
     assert all(r["app_cpu_s"] > 0 for r in runs if r["mode"] in ("browser", "v1"))
     assert {"browser / v1", "v1 / engine", "v1 / llama-server"} <= set(result["summary"]["ratios"])
+    # each page's main-thread seconds by kind, from Chromium's own clocks, and its profile on the first and last answer
+    pages = [r for r in runs if r["mode"] in ("browser", "floor")]
+    assert all(r["page_task_s"] > 0 and r["page_nodes"] > 0 for r in pages)
+    assert all(0 <= r[f"page_{kind}_s"] <= r["page_task_s"] for r in pages for kind in ("script", "style", "layout"))
+    assert sorted(p.name for p in profiles.iterdir()) == sorted(f"{m}-answer{n}.cpuprofile" for m in
+                                                                 ("browser", "floor") for n in (1, 2))
+    assert all(r["page_profile_top"] and Path(r["page_profile_file"]).exists() for r in pages)
+
+
+def test_a_profiles_functions_rank_by_self_time_and_the_page_costs_divide_by_tokens():
+    from bench.speed.serving_paths import profile_top
+
+    frame = lambda name, url, line: {"functionName": name, "url": url, "lineNumber": line}  # noqa: E731
+    profile = {"nodes": [{"id": 1, "callFrame": frame("(root)", "", -1), "children": [2, 3]},
+                         {"id": 2, "callFrame": frame("snapshot", "http://x/assets/index.js", 20)},
+                         {"id": 3, "callFrame": frame("", "http://x/assets/HTML.js", 4)}],
+               "samples": [2, 3, 2, 2], "timeDeltas": [0, 1000, 2000, 3000]}  # µs before each sample
+    top = profile_top(profile)
+    # a sample's time is the delta to the next sample: 2 gets 1 + 3 + 0 ms, 3 gets 2 ms
+    assert top == [{"function": "snapshot", "file": "index.js", "line": 21, "self_ms": 4.0},
+                   {"function": "(anonymous)", "file": "HTML.js", "line": 5, "self_ms": 2.0}]
+    runs = [{"turn": 0, "mode": "browser", "tokens": 10, "page_nodes": 100, "page_task_s": 0.5, "page_script_s": 0.2,
+             "page_style_s": 0.05, "page_layout_s": 0.01},
+            {"turn": 0, "mode": "v1", "tokens": 10}]
+    assert serving.page_cost_rows(runs) == [{"turn": 0, "mode": "browser", "nodes": 100, "task": 50.0, "script": 20.0,
+                                             "style": 5.0, "layout": 1.0}]
+    assert "| browser, 1 | 50.0 | 20.0 | 5.0 | 1.0 | 100 |" in serving.format_page_costs(runs)

@@ -44,7 +44,8 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from bench.cli import arguments_checked, read_jsonl
-from bench.speed.serving_paths import CHROMIUM, PAGE_METRICS, Paths, profile_top
+from bench.speed.page_clock import PAGE_METRICS, profile_top
+from bench.speed.serving_paths import CHROMIUM, Paths
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 
 ROOT = Path(__file__).resolve().parents[2]

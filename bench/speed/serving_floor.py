@@ -13,7 +13,7 @@ import time
 from contextlib import ExitStack
 
 from bench.peer.server import free_port
-from bench.speed.serving_paths import PageClock
+from bench.speed.page_clock import PageClock
 
 FRAME_S = 0.2
 WORDS = ("def", " merge", "(a", ",", " b", "):", "\n   ", " result", " =", " []", "\n   ", " while", " a", " and",

@@ -104,7 +104,7 @@ def test_the_serving_bench_runs_every_path_on_one_conversation(tmp_path, llama_s
 
 
 def test_a_profiles_functions_rank_by_self_time_and_the_page_costs_divide_by_tokens():
-    from bench.speed.serving_paths import profile_top
+    from bench.speed.page_clock import profile_top
 
     frame = lambda name, url, line: {"functionName": name, "url": url, "lineNumber": line}  # noqa: E731
     profile = {"nodes": [{"id": 1, "callFrame": frame("(root)", "", -1), "children": [2, 3]},

@@ -34,8 +34,8 @@ def test_no_forward_that_carries_a_draft_is_wider_than_the_cap(monkeypatch):
     fed: list[tuple[int, int]] = []
     real = decoders.runner_for
 
-    def recording(loaded):
-        runner = real(loaded)
+    def recording(loaded, context_ids=None):
+        runner = real(loaded, context_ids)
         if loaded is target:
             forward = runner.forward
             runner.forward = lambda ids, n_logits=0: fed.append((len(ids), n_logits)) or forward(ids, n_logits)

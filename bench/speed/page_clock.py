@@ -2,6 +2,9 @@
 pages: the app's chat (bench/speed/serving_paths.py) and the floor (bench/speed/serving_floor.py)."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 # Chromium's own clocks for a page (CDP Performance.getMetrics, seconds of the renderer's main thread): what an answer
 # cost the page, by kind; "task" is all of it (script, style, layout and the rest: paint, parsing, GC outside scripts)
 PAGE_METRICS = {"task": "TaskDuration", "script": "ScriptDuration", "style": "RecalcStyleDuration",
@@ -25,12 +28,18 @@ class PageClock:
         """The page's seconds by kind between two reads, and its DOM nodes at the end."""
         return {"page_nodes": int(after["nodes"]), **{f"page_{k}_s": after[k] - before[k] for k in PAGE_METRICS}}
 
-    def start_profile(self) -> None:
-        self.cdp.send("Profiler.setSamplingInterval", {"interval": 200})  # microseconds
-        self.cdp.send("Profiler.start")
-
-    def stop_profile(self) -> dict:
-        return self.cdp.send("Profiler.stop")["profile"]
+    @contextmanager
+    def spending(self, profile: bool = False) -> Iterator[dict]:
+        """What the page spends inside the block: the yielded dict gets ``spent``'s figures at its end, and with
+        ``profile`` the page's JavaScript CPU profile (``page_profile``)."""
+        spent, before = {}, self.read()
+        if profile:
+            self.cdp.send("Profiler.setSamplingInterval", {"interval": 200})  # microseconds
+            self.cdp.send("Profiler.start")
+        yield spent
+        spent.update(self.spent(before, self.read()))
+        if profile:
+            spent["page_profile"] = self.cdp.send("Profiler.stop")["profile"]
 
 
 def profile_top(profile: dict, n: int = 15) -> list[dict]:

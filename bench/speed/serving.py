@@ -24,10 +24,9 @@ contexts keeps for its next turn whatever ran in between (a runner takes the con
 every other run is preceded by an untimed one-token request of the history and another message on the same path,
 its history going on with the app's own answer (``v1``'s, else the engine's or llama-server's). ``v1`` asks as its
 own OpenAI ``user``, so neither of the app's paths drafts from the other's answer to the same message (the app's
-memory of earlier answers is per user). Each run records
-tokens, seconds, the time to the first token and the decode rate;
-the browser's also the panel's tokens/s, and every app run the CPU seconds the app (and for the browser, Chromium)
-took meanwhile, and for a page (browser, floor) Chromium's own clocks of its main thread (CDP
+memory of earlier answers is per user). Each run records tokens, seconds, the time to the first token and the
+decode rate; the browser's also the panel's tokens/s, and every app run the CPU seconds the app (and for the
+browser, Chromium) took meanwhile, and for a page (browser, floor) Chromium's own clocks of its main thread (CDP
 ``Performance.getMetrics``: script, style, layout and all its tasks) and its DOM nodes. The summary prints the ratios
 the issue asks for and the pages' main-thread ms per token on the first and the last answer; ``--profile DIR`` also
 records the pages' JavaScript CPU profiles on those two answers.

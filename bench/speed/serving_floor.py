@@ -97,14 +97,9 @@ class FloorPage:
         page.fill("#floor-tokens input", str(max(1, tokens)))
         page.fill("#floor-rate input", f"{max(rate, 0.5):.3f}")
         page.locator("#floor-rate input").blur()
-        before = self.clock.read()
-        if profile:
-            self.clock.start_profile()
-        began = time.perf_counter()
-        page.click("#floor-send")
-        page.wait_for_function(DONE_JS, arg=prompt, timeout=1_800_000, polling=200)
-        seconds = time.perf_counter() - began
-        spent = self.clock.spent(before, self.clock.read())
-        if profile:
-            spent["page_profile"] = self.clock.stop_profile()
+        with self.clock.spending(profile) as spent:
+            began = time.perf_counter()
+            page.click("#floor-send")
+            page.wait_for_function(DONE_JS, arg=prompt, timeout=1_800_000, polling=200)
+            seconds = time.perf_counter() - began
         return {"tokens": max(1, tokens), "seconds": seconds, "ttft_s": None, "decode_tokens_per_s": None, **spent}

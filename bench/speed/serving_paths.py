@@ -165,14 +165,9 @@ class Browser:
         page = self.page
         page.fill("#msg textarea", prompt)
         self.answers += 1
-        before = self.clock.read()
-        if profile:
-            self.clock.start_profile()
-        page.evaluate(SEND_JS, self.answers)
-        page.wait_for_function(FINISHED_JS, arg=self.answers, timeout=1_800_000, polling=200)
-        spent = self.clock.spent(before, self.clock.read())
-        if profile:
-            spent["page_profile"] = self.clock.stop_profile()
+        with self.clock.spending(profile) as spent:
+            page.evaluate(SEND_JS, self.answers)
+            page.wait_for_function(FINISHED_JS, arg=self.answers, timeout=1_800_000, polling=200)
         clock = page.evaluate("() => window.__bench")
         tokens = int(self.stat("tokens"))
         seconds = (clock["last"] - clock["click"]) / 1000

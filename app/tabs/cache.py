@@ -129,5 +129,5 @@ def wire(ctx: AppContext, tab: CacheTab) -> None:
 def refresh_after(ctx: AppContext, tab: CacheTab, events: list) -> None:
     """After each of ``events`` (an answer that may have stored a new entry), the view shows the cache again."""
     for event in events:
-        event.then(lambda: cache_view(ctx.engine), None, tab.views(), api_visibility="private",
-                   show_progress="hidden")
+        event.then(lambda: cache_view(ctx.engine), None, tab.views(), queue=False, api_visibility="private",
+                   show_progress="hidden")  # not queued, as the join it follows (app/tabs/chat.py)

@@ -280,8 +280,10 @@ def wire(ctx: AppContext, tab: ChatTab, controls: Controls) -> list:
     progress = dict(show_progress="minimal", show_progress_on=[tab.live])
     send = gr.on([tab.msg.submit, tab.send.click], h["send"], inputs, outputs, api_name="send", **progress, **ENGINE)
     regen = tab.regen.click(h["regenerate"], inputs, outputs, api_name="regenerate", **progress, **ENGINE)
-    answered = [answer.then(h["join"], [tab.pending], joined, api_visibility="private", show_progress="hidden")
-                for answer in (send, regen)]  # not on the engine's queue: joining runs no model
+    # joining runs no model, so it is not queued: over the queue, a message sent as the answer joins the chat could
+    # race Gradio's client closing its event stream and never be read (docs/app.md, "Events after an answer")
+    answered = [answer.then(h["join"], [tab.pending], joined, queue=False, api_visibility="private",
+                            show_progress="hidden") for answer in (send, regen)]
     tab.stop.click(h["stop"], None, [tab.error_box], queue=False, api_visibility="private")
     tab.clear.click(h["clear"], None, [tab.chatbot, tab.live, tab.shown, tab.history, tab.trace, tab.error_box,
                                        tab.stats, tab.accept_plot, tab.speed_plot, tab.trace_file, tab.pending],

@@ -171,6 +171,34 @@ def test_streams_coloured_tokens_and_live_stats(page):
     assert stat(page, "acceptance").endswith("%")
 
 
+# Counts the DOM changes inside the chat's finished messages while an answer streams in the live box under them.
+WATCH_CHAT = """() => {
+  window.__chatTouched = 0;
+  window.__framesSeen = 0;
+  const streaming = () => document.querySelector('#chat-live .tokstream.streaming') !== null;
+  new MutationObserver(() => { if (streaming()) window.__chatTouched += 1; }).observe(
+      document.querySelector('#chat'), {subtree: true, childList: true, characterData: true, attributes: true});
+  new MutationObserver(() => { if (streaming()) window.__framesSeen += 1; }).observe(
+      document.querySelector('#chat-live'), {subtree: true, childList: true, characterData: true});
+}"""
+
+
+def test_a_streaming_answer_leaves_the_finished_messages_untouched(page):
+    """What a frame costs the page is the answer's own: while the third answer streams, nothing inside the chat's
+    two finished answers changes (no re-render, no re-sanitising, no attribute written), though the live box under
+    them redraws; the answer joins the chat once, at its end. The third message is sent as soon as the second
+    answer shows: when the join ran on Gradio's queue, it hung there 4 times in 5 (docs/app.md, "Events after an
+    answer")."""
+    set_number(page, "max-new-tokens", 48)
+    for prompt in ("Name three rivers.", "Name three mountains."):
+        wait_answer(page, send(page, prompt))
+    page.evaluate(WATCH_CHAT)
+    wait_answer(page, send(page, "Write a Python function that reverses a string, with a docstring."))
+    assert page.evaluate("() => window.__framesSeen") >= 2, "the live box did not redraw while streaming"
+    assert page.evaluate("() => window.__chatTouched") == 0
+    assert answers(page) == 3
+
+
 def test_code_renders_as_a_block_of_coloured_tokens_and_the_view_switch_works(page):
     set_number(page, "max-new-tokens", 120)
     wait_answer(page, send(page, "Write a Python function that adds two numbers, in a ```python code block."))

@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.peer.server import INSTALL_HINT, PeerError, find_llama_binary
+from bench.peer.server import INSTALL_HINT, PeerError, find_llama_binary, killed_by_signal, no_repack_note
 
 FINAL_ESTIMATE = re.compile(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)")
 CHUNKS = re.compile(r"calculating perplexity over (\d+) chunks")
@@ -43,6 +43,9 @@ def llama_perplexity(gguf: Path, text_file: Path, *, context: int = 512, threads
     command = [str(found), "-m", str(gguf), "-f", str(text_file), "-c", str(context), "-b", str(context),
                "-t", str(threads), "-tb", str(threads)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    if killed_by_signal(done.returncode):  # repacked weights crash llama.cpp's AMX kernels on some AMX machines
+        print(no_repack_note("llama-perplexity", done.returncode), flush=True)
+        done = subprocess.run([*command, "--no-repack"], capture_output=True, text=True, timeout=timeout_s)
     log = done.stdout + done.stderr
     result = parse_perplexity(log) if done.returncode == 0 else None
     if result is None:

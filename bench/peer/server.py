@@ -11,13 +11,14 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine.errors import EngineError
@@ -65,6 +66,9 @@ class ServerConfig:
     threads: int = 2
     context: int = 4096
     parallel: int = 1  # slots (-np): requests served at once, sharing ``context``
+    # llama.cpp's default, repacked weights (its "extra buffer types": the repacked GEMMs and, on an AMX CPU, the AMX
+    # kernels); False passes --no-repack, what LlamaServer falls back to where the repacked kernels crash
+    repack: bool = True
 
     def __post_init__(self):
         if self.spec_type not in (None, *SPEC_TYPES):
@@ -81,7 +85,21 @@ def server_command(config: ServerConfig, port: int) -> list[str]:
         command += ["--spec-type", config.spec_type]
     if config.draft is not None:
         command += ["-md", str(config.draft), "-td", threads, "-tbd", threads]
+    if not config.repack:
+        command.append("--no-repack")
     return command
+
+
+def killed_by_signal(returncode: int | None) -> bool:
+    """A llama.cpp binary that died of a signal (SIGILL, SIGSEGV), as its AMX kernels do with repacked weights on
+    some AMX machines (docs/bench.md, "llama.cpp as a peer"), not one that exited with an error of its own."""
+    return returncode is not None and returncode < 0
+
+
+def no_repack_note(binary: str, returncode: int) -> str:
+    name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else f"signal {-returncode}"
+    return (f"[bench] {binary} died of {name} with repacked weights (llama.cpp's default); running it with "
+            f"--no-repack, as a user of this machine must")
 
 
 def free_port() -> int:
@@ -118,21 +136,30 @@ class LlamaServer:
         self.__enter__()
 
     def __enter__(self) -> LlamaServer:
-        self.port = free_port()
-        self.process = subprocess.Popen(server_command(self.config, self.port), stdout=self.log,
-                                        stderr=subprocess.STDOUT)
+        """Start the server and wait until it answers. Where it dies of a signal at load with repacked weights, it
+        starts again with --no-repack (``config.repack`` then says so) and the bench says why."""
         try:
-            self._wait_healthy()
+            self._start()
+            if killed_by_signal(self.process.returncode) and self.config.repack:
+                print(no_repack_note("llama-server", self.process.returncode), flush=True)
+                self.config = replace(self.config, repack=False)
+                self._start()
+            if self.process.returncode is not None:
+                raise PeerError(f"llama-server exited with code {self.process.returncode}: {self._log_tail()}")
         except BaseException:
             self.close()
             raise
         return self
 
-    def _wait_healthy(self) -> None:
+    def _start(self) -> None:
+        """Launch the process on a free port; return once it answers /health or has exited."""
+        self.port = free_port()
+        self.process = subprocess.Popen(server_command(self.config, self.port), stdout=self.log,
+                                        stderr=subprocess.STDOUT)
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise PeerError(f"llama-server exited with code {self.process.returncode}: {self._log_tail()}")
+                return
             # an error here means still loading (503) or not listening yet
             with contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError):
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as response:

@@ -69,8 +69,12 @@ def measure_settings(model: str, precision: str, widths: tuple[int, ...], positi
         if setting is None:
             runner, label = runner_for(loaded), precision
         else:
-            from engine.backends.llama_cpp import GgufModel, GgufSettings
+            from engine.backends.llama_cpp import GgufModel, GgufSettings, repack_fault
             flash, repack, cache_k, cache_v = setting
+            fault = repack_fault(gguf_file(model)) if repack else None
+            if fault:  # it would take this process with it
+                rows.append({"setting": setting_label(setting), "skipped": fault})
+                continue
             gguf = GgufModel(gguf_file(model), GgufSettings(flash_attn=flash, repack=repack, cache_k=cache_k,
                                                             cache_v=cache_v))
             runner, label = gguf.runner(loaded.vocab_size), setting_label(setting)
@@ -106,6 +110,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'setting':<38} {'rows equal':>12} {'by position':<24} {'max drift':>9} {'1-token ms':>10} "
           + " ".join(f"{f't({n})':>5}" for n in COST_WIDTHS) + "  unequal (position/width)")
     for r in rows:
+        if "skipped" in r:
+            print(f"{r['setting']:<38} skipped: {r['skipped']}")
+            continue
         unequal = ", ".join(r["unequal_widths"]) or "none"
         by_position = " ".join(f"{p}:{e}/{n}" for p, (e, n) in r["equal_by_position"].items())
         print(f"{r['setting']:<38} {r['rows_equal']:>5}/{r['rows']:<6} {by_position:<24} {r['max_drift_steps']:>9.1f} "

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.cli import arguments_checked
-from engine.backends.llama_cpp import KV_TYPES, GgufModel, GgufSettings
+from engine.backends.llama_cpp import KV_TYPES, GgufModel, GgufSettings, repack_fault
 from engine.backends.llama_cpp_runner import LlamaCppRunner
 from engine.models.catalog import DEFAULT_TARGET
 from engine.models.load_checks import IDENTITY_PROMPT
@@ -151,6 +151,9 @@ def main(argv: list[str] | None = None) -> None:
         ids += ids
     settings = GgufSettings(flash_attn=not args.no_flash, repack=args.repack, cache_k=args.cache_k,
                             cache_v=args.cache_v, n_ctx=max(256, args.position + args.width))
+    fault = repack_fault(gguf_file(args.model)) if args.repack else None
+    if fault:  # it would take this process with it
+        raise SystemExit(f"--repack: {fault}")
     gguf = GgufModel(gguf_file(args.model), settings)
     found = first_unequal_node(gguf, min(len(tokenizer), gguf.n_vocab), ids, args.position, args.width)
     print(f"{gguf.describe()}; width {args.width} at position {args.position}: {found.nodes_compared} nodes compared")

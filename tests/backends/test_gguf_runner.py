@@ -168,12 +168,40 @@ def test_the_identity_bench_measures_each_llama_cpp_setting(tmp_path, capsys):
     assert [r["setting"] for r in rows] == [setting_label(s) for s in GGUF_SETTINGS]
     assert rows[0]["setting"] == "flash on, repack off, K f16 V bf16"  # the app's default first
     for r in rows:
+        if "skipped" in r:  # where repacked weights crash llama.cpp (repack_fault, tested below)
+            assert "repack on" in r["setting"] and "with repacked weights" in r["skipped"]
+            continue
         assert r["rows"] == 2 * (3 + 4 + 5) and 0 <= r["rows_equal"] <= r["rows"] and r["single_token_ms"] > 0
         assert r["identical"] == (r["rows_equal"] == r["rows"]) and (r["identical"] or r["unequal_widths"])
         assert sum(equal for equal, _ in r["equal_by_position"].values()) == r["rows_equal"]
         assert set(r["t_n"]) == {"2", "4", "8"} and all(t > 0 for t in r["t_n"].values())
     printed = capsys.readouterr().out
     assert "flash off, repack off, K f16 V f16" in printed and "rows equal" in printed and "t(8)" in printed
+
+
+def test_where_repacked_weights_run_is_probed_apart_and_the_bench_skips_them_where_they_crash(tmp_path, monkeypatch,
+                                                                                              capsys):
+    """On a 2-core AMX VM llama.cpp's AMX GEMM (repacked weights) died of SIGILL at its first forward, taking the
+    process: repack_fault tries them in a child process. Where it finds no fault, the same load and forwards run here;
+    where it finds one, it names the signal. The identity bench then skips the repacked settings, saying why."""
+    from bench.speed.identity import main
+    from engine.backends import llama_cpp
+    from engine.models.sources import gguf_file
+
+    fault = llama_cpp.repack_fault(gguf_file(SMOL))
+    if fault is None:
+        gguf = llama_cpp.GgufModel(gguf_file(SMOL), llama_cpp.GgufSettings(repack=True, n_ctx=64))
+        runner = gguf.runner(gguf.n_vocab)
+        assert runner.forward(list(range(1, 9))).shape[0] == 8 and runner.forward([9]).shape[0] == 1
+    else:
+        assert "died of SIG" in fault and "with repacked weights" in fault, fault
+    monkeypatch.setattr(llama_cpp, "repack_fault", lambda path: "llama.cpp died of SIGILL (planted)")
+    out = tmp_path / "identity.json"
+    main(["--model", SMOL, "--precision", "gguf", "--widths", "2", "--positions", "8", "--json", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    skipped = [r["setting"] for r in rows if "skipped" in r]
+    assert skipped and all("repack on" in s for s in skipped) and len(rows) - len(skipped) >= 4
+    assert "skipped: llama.cpp died of SIGILL (planted)" in capsys.readouterr().out
 
 
 def test_llama_cpps_measured_drift_stays_within_its_tie_bound(smol):

@@ -10,6 +10,7 @@ from bench.peer.perplexity import llama_perplexity, parse_perplexity
 from bench.peer.server import PeerError
 from engine.models.catalog import model_gguf
 from tests.helpers.constants import SMOL
+from tests.helpers.peer import crashing_with_repack
 
 ZEN = codecs.decode(this.s, "rot13")  # about 190 SmolLM2 tokens
 CONTEXT = 64  # llama-perplexity needs 2 * CONTEXT tokens
@@ -40,3 +41,15 @@ def test_a_text_too_short_for_the_context_is_a_clear_error(llama_perplexity_bina
     short.write_text("Beautiful is better than ugly.")
     with pytest.raises(PeerError, match="you need at least"):
         llama_perplexity(model_gguf(SMOL), short, context=CONTEXT, threads=THREADS, binary=str(llama_perplexity_binary))
+
+
+
+@pytest.mark.real
+def test_a_binary_that_crashes_with_repacked_weights_runs_again_without(llama_perplexity_binary, tmp_path, capsys):
+    """Where llama.cpp's repacked kernels crash, llama-perplexity runs again with --no-repack and says so."""
+    binary = crashing_with_repack(llama_perplexity_binary, tmp_path)
+    text = tmp_path / "zen.txt"
+    text.write_text(ZEN)
+    result = llama_perplexity(model_gguf(SMOL), text, context=CONTEXT, threads=THREADS, binary=str(binary))
+    assert result.chunks >= 2 and result.ppl > 1
+    assert "llama-perplexity died of SIGILL with repacked weights" in capsys.readouterr().out

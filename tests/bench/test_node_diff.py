@@ -32,6 +32,14 @@ def test_the_comparison_reads_every_layer_and_a_width_of_one_is_equal_to_itself(
     assert same.first is None and same.matched == same.nodes_compared > 30 * 10  # 30 layers, ~25 nodes each
 
 
+def test_repacked_weights_that_crash_here_are_refused_with_why(monkeypatch):
+    import bench.speed.node_diff as node_diff
+
+    monkeypatch.setattr(node_diff, "repack_fault", lambda path: "llama.cpp died of SIGILL (planted)")
+    with pytest.raises(SystemExit, match="--repack: llama.cpp died of SIGILL"):
+        node_diff.main(["--model", SMOL, "--width", "2", "--position", "8", "--repack"])
+
+
 @pytest.mark.parametrize("args, expected", [(["--width", "0"], "--width"), (["--cache-v", "f8"], "--cache-v")])
 def test_the_node_diff_bench_refuses_bad_arguments(args, expected, capsys):
     from bench.speed.node_diff import main

@@ -12,6 +12,7 @@ import pytest
 from bench.peer.server import ServerConfig, find_llama_server, server_command
 from bench.peer.modes import PEER_MODES, peer_config, start_peers
 from tests.helpers.constants import SMOL
+from tests.helpers.peer import crashing_with_repack
 
 
 def _value(command: list[str], flag: str) -> str:
@@ -30,6 +31,8 @@ def test_server_command_plain_draft_and_ngram():
     assert _value(ngram, "--spec-type") == "ngram-mod" and "-md" not in ngram
     for command in (plain, draft, ngram):  # removed from llama.cpp: the server refuses to start with them
         assert not {"--draft-max", "--draft-min", "--draft"} & set(command)
+        assert "--no-repack" not in command  # llama.cpp's default, as a user runs it
+    assert server_command(ServerConfig(Path("s"), Path("t.gguf"), repack=False), 1)[-1] == "--no-repack"
 
 
 def test_server_config_refuses_a_draft_without_draft_simple_and_unknown_types():
@@ -143,3 +146,16 @@ def test_a_related_item_runs_its_history_first_and_the_ngram_peer_starts_anew_fo
     runs = result["runs"]
     assert [r["mode"] for r in runs if r["repeat"] == 0] == ["target", "default", "llama-cpp-ngram"]
     assert all(r["kind"] == "related" and r["new_tokens"] > 0 for r in runs)
+
+
+@pytest.mark.real
+def test_a_server_that_crashes_with_repacked_weights_starts_again_without(llama_server_binary, tmp_path, capsys):
+    """Where llama.cpp's repacked kernels crash at load, the peer runs with --no-repack, says so, and answers."""
+    from bench.peer.server import LlamaServer
+    from engine.models.catalog import model_gguf
+
+    binary = crashing_with_repack(Path(llama_server_binary), tmp_path)
+    with LlamaServer(ServerConfig(binary, model_gguf(SMOL), threads=1, context=256)) as server:
+        assert server.config.repack is False
+        assert 0 < len(server.complete([1, 2, 3], 4)["tokens"]) <= 4
+    assert "llama-server died of SIGILL with repacked weights" in capsys.readouterr().out

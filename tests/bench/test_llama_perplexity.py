@@ -43,7 +43,6 @@ def test_a_text_too_short_for_the_context_is_a_clear_error(llama_perplexity_bina
         llama_perplexity(model_gguf(SMOL), short, context=CONTEXT, threads=THREADS, binary=str(llama_perplexity_binary))
 
 
-
 @pytest.mark.real
 def test_a_binary_that_crashes_with_repacked_weights_runs_again_without(llama_perplexity_binary, tmp_path, capsys):
     """Where llama.cpp's repacked kernels crash, llama-perplexity runs again with --no-repack and says so."""

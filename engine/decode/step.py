@@ -72,11 +72,19 @@ class StepBudget:
                price: Callable[[str, int], int | None] = _no_pricing) -> StepBudget:
         """A budget of ``k`` and ``span`` cut to the room: tokens beyond the answer's last (``remaining`` may still
         be emitted, one of them the target's own) could never be emitted, and a forward that carries a draft feeds
-        at most ``width`` tokens, ``unseen`` of them the context's tokens the target has not yet taken."""
+        at most ``width`` tokens.
+
+        No step drafts while the target has more than one token to take (the prompt, or what a reused runner did
+        not hold of it): those are fed alone, as the target-only decoder feeds them, so the prompt's rows in the
+        cache and the first token are the reference's by construction. A draft folded into the prefill made the
+        prefill wider, and a wider forward may round every row otherwise (torch's int4 kernel and bf16 attention
+        on an AMX CPU did: docs/engine.md, "The prompt is fed alone"). The first token also comes sooner."""
+        if unseen > 1:
+            return cls(0, 0, f"{why}; the prompt's {unseen} tokens are fed alone first", fallback, waiting, price)
         room = max(k, span) if remaining is None else max(0, remaining - 1)
         reason = why
         if width:
-            fits = max(0, width - unseen)
+            fits = max(0, width - 1)  # the step's newest token, then the draft
             if fits < room:
                 room, reason = fits, f"{why}; verify width <= {width}"
         if room < max(k, span) and reason == why:

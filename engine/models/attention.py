@@ -8,9 +8,10 @@ docs/models.md, "bit-for-bit identity").
 
 Here a forward of at most ``ROW_EXACT_MAX`` tokens (a decode step, a verify, a short prompt) runs each query
 row over exactly the keys it may see, as a forward of that one token does: the same shapes, so the same
-kernels and the same sums. Longer forwards (a prompt's prefill: both decoders run the same one) and anything
-this does not cover (a padded batch, a sliding window that cuts) are eager attention's. The cost is n small
-matmul pairs per layer instead of one, small beside the layer's weight matmuls (measured in docs/models.md).
+kernels and the same sums. Longer forwards (a prompt's prefill: both decoders run the same one, never with a
+draft in it: engine/decode/step.py) and anything this does not cover (a padded batch, a sliding window that cuts)
+are eager attention's. The cost is n small matmul pairs per layer instead of one, small beside the layer's weight
+matmuls (measured in docs/models.md).
 """
 from __future__ import annotations
 

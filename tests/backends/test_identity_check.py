@@ -74,12 +74,13 @@ def test_the_widest_identical_verify_caps_an_adaptive_k_and_the_note_says_where_
     assert _check(((24, 2),)).identical_width == 0 and _check(((24, 2),)).width_cap is None
     assert _check(((256, 3),)).width_cap == 2  # width 2 alone: k = 1
 
-    # the step budget keeps a verify within the width: k <= 6 where nothing else waits to be fed, less where the
-    # target has more to take first, nothing drafted beside a prefill wider than it
+    # the step budget keeps a verify within the width: k <= 6 beside the step's newest token; nothing is drafted
+    # while the target has more than that token to take (the prompt is fed alone, as the reference feeds it)
     adaptive = policy_for(SpecConfig(k=4, proposer="hybrid", adaptive=True, k_max=16), width=7)
     assert adaptive.k_max == 6 and policy_for(SpecConfig(k=8, adaptive=True, k_min=7), width=7).k_min == 6
     one, three, prefill = (adaptive.budget(remaining=100, unseen=n) for n in (1, 3, 30))
-    assert (one.span, three.span, prefill.span, prefill.k) == (6, 4, 0, 0) and "verify width <= 7" in three.why
+    assert (one.span, three.span, three.k, prefill.span, prefill.k) == (6, 0, 0, 0, 0)
+    assert "verify width <= 7" in one.why and "the prompt's 3 tokens are fed alone first" in three.why
     assert policy_for(SpecConfig(k=10), width=None).budget(remaining=100).k == 10  # a fixed k is the user's choice
     assert policy_for(SpecConfig(k=4, adaptive=True, k_max=16)).k_max == 16
 

@@ -73,7 +73,7 @@ def test_the_loop_drafts_a_right_prediction_from_its_first_token_and_drops_a_wro
     right = decode(reference)
     assert _tokens(right) == reference
     tokens = [e for e in right if e.type == "token"]
-    assert tokens[0].kind == "accepted"  # drafted from the answer's first token
+    assert [e.kind for e in tokens[:2]] == ["plain", "accepted"]  # the prefill's own token, then the prediction
     assert sum(e.kind == "accepted" for e in tokens) >= 0.8 * len(reference)
     assert max(e.draft_pos for e in tokens if e.kind == "accepted") >= 31  # spans of 32 and more
     vocab = target.vocab_size

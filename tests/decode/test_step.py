@@ -22,15 +22,17 @@ def test_the_room_caps_k_and_span_and_says_why():
     assert (open_ended.k, open_ended.span, open_ended.why) == (4, FREE_SPAN, "fixed k 4")
 
 
-def test_the_verify_width_counts_what_the_target_must_take_first():
-    """Identical mode: no forward that carries a draft feeds more than the width; a prefill wider than it runs
-    without one, as the target-only decoder's does."""
-    after_a_rejection = StepBudget.within(6, FREE_SPAN, "adaptive k 6", remaining=100, unseen=1, width=7)
-    after_a_full_accept = StepBudget.within(6, FREE_SPAN, "adaptive k 6", remaining=100, unseen=2, width=7)
-    prefill = StepBudget.within(6, FREE_SPAN, "adaptive k 6", remaining=100, unseen=40, width=7)
-    assert (after_a_rejection.k, after_a_rejection.span) == (6, 6)
-    assert (after_a_full_accept.k, after_a_full_accept.span) == (5, 5)
-    assert (prefill.k, prefill.span) == (0, 0) and prefill.why == "adaptive k 6; verify width <= 7"
+def test_a_step_drafts_only_beside_its_newest_token():
+    """Identical mode: no forward that carries a draft feeds more than the width. Any mode: while the target has
+    more than the newest token to take (a prompt, what a reused runner did not hold), the step drafts nothing and
+    those tokens are fed alone, as the target-only decoder feeds them, however short."""
+    step = StepBudget.within(6, FREE_SPAN, "adaptive k 6", remaining=100, unseen=1, width=7)
+    assert (step.k, step.span) == (6, 6)
+    for width in (7, None):
+        for unseen in (2, 40):
+            prefill = StepBudget.within(6, FREE_SPAN, "adaptive k 6", remaining=100, unseen=unseen, width=width)
+            assert (prefill.k, prefill.span) == (0, 0)
+            assert prefill.why == f"adaptive k 6; the prompt's {unseen} tokens are fed alone first"
 
 
 def test_keep_prices_a_free_draft_by_its_evidence_within_the_span_and_leaves_a_models_alone():

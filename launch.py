@@ -27,6 +27,7 @@ CACHE_URL_ENV = "SPECLENS_CACHE_URL"
 CACHE_SECRET_ENV = "SPECLENS_CACHE_SECRET"
 # every secret, by its argument name, and the variable it may come from instead (``secret`` reads each one alike)
 SECRETS = {"api_key": API_KEY_ENV, "cache_url": CACHE_URL_ENV, "cache_secret": CACHE_SECRET_ENV}
+GRACEFUL_SHUTDOWN_S = 3  # on Ctrl-C, answers in flight get 3 s (uvicorn's default waits for a tab's endless heartbeat)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -50,11 +51,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_secret_options(p, "--api-key", "the API key",
                        help="guard the server with a key: the /v1 routes need 'Authorization: Bearer KEY', the UI "
                             "and Gradio's API a login with the key as password (default: $SPECLENS_API_KEY; unset: "
-                            "no key needed). Prefer the variable or --api-key-file: every user can read a command "
-                            "line")
-    p.add_argument("--cache-dir", default=None,
-                   help="directory for converted models, the semantic cache and the measured target-only "
-                        "speeds (default: $SPECLENS_CACHE_DIR, else ~/.cache/speclens)")
+                            "no key needed). Prefer the variable or --api-key-file: every user can read a command line")
+    p.add_argument("--cache-dir", default=None, help="directory for converted models, the semantic cache and the "
+                   "measured target-only speeds (default: $SPECLENS_CACHE_DIR, else ~/.cache/speclens)")
     add_secret_options(p, "--cache-url", "--cache-url",
                        help="put the semantic cache in Redis, shared by every instance that uses the same URL and "
                             "namespace: redis://[:password@]host:port/db (default: $SPECLENS_CACHE_URL, else a "
@@ -278,7 +277,8 @@ def serve(args: argparse.Namespace, cache_dir: Path, engine, sock: socket.socket
     app = create_server(ctx, demo, args.api_key, server_name=args.host, server_port=port, show_error=True,
                         **launch_kwargs())
     url = f"http://{f'[{args.host}]' if ':' in args.host else args.host}:{port}"
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=port, log_level="warning",
+                                           timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S))
     key_note = " (API key required; the UI asks for it as the password)" if args.api_key else ""
     line = f"[speclens] serving on {url} — OpenAI-compatible API at {url}/v1{key_note}"
     threading.Thread(target=_when_started, args=(server, line, None if args.no_browser else url), daemon=True).start()

@@ -57,6 +57,11 @@ def test_serving_on_is_printed_once_the_server_answers(tmp_path):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as page:  # at once: no retry
             assert page.status == 200
         assert f"serving on http://127.0.0.1:{port} " in seen[-1]
+        # stopped while a tab's heartbeat stream is open (it never ends by itself), the app still exits
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/gradio_api/heartbeat/held", timeout=30) as stream:
+            assert stream.status == 200
+            proc.terminate()
+            proc.wait(timeout=60)  # before: uvicorn waited for the stream for as long as it was open
     finally:
         proc.terminate()
         proc.wait(timeout=20)

@@ -87,8 +87,8 @@ def repack_fault(path: Path, timeout_s: float = 300.0) -> str | None:
     done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=timeout_s)
     if done.returncode == 0:
         return None
-    if died_of(done.returncode):
-        return f"llama.cpp died of {died_of(done.returncode)} at a forward of {Path(path).name} with repacked weights on this machine"
+    if how := died_of(done.returncode):
+        return f"llama.cpp died of {how} at a forward of {Path(path).name} with repacked weights on this machine"
     return f"llama.cpp could not run {Path(path).name} with repacked weights: {done.stderr.strip()[-300:]}"
 
 

@@ -130,8 +130,8 @@ class FreeDrafts:
 class KPolicy(Protocol):
     def budget(self, remaining: int | None = None, unseen: int = 1, behind: int = 0) -> StepBudget:
         """Once per step, what it may draft (engine/decode/step.py): ``remaining`` tokens the answer may still have,
-        ``unseen`` context tokens the target has not taken (more than one: fed alone, no draft), ``behind`` tokens the draft model
-        must catch up on before its first drafted token (``Proposer.behind``)."""
+        ``unseen`` context tokens the target has not taken (more than one: fed alone, no draft), ``behind`` tokens
+        the draft model must catch up on before its first drafted token (``Proposer.behind``)."""
 
     def update(self, step: StepRecord) -> None: ...
 

@@ -2,8 +2,9 @@
 
 Tiers (markers): ``fast`` is every test without another tier: tiny random models, fakes, no real weights,
 no browser, no launch.py process. It is what a plain ``python -m pytest`` runs (pyproject's addopts).
-``real`` loads real weights or starts launch.py, ``browser`` drives Chromium. ``-m real`` and ``-m browser``
-run those; the README's command runs all three: ``-m "fast or real or browser"``.
+``slow`` is the same kind of test that takes thousands of tiny decodes (the sampling distributions through the
+whole loop), ``real`` loads real weights or starts launch.py, ``browser`` drives Chromium. ``-m slow``, ``-m real``
+and ``-m browser`` run those; the README's command runs all four: ``-m "fast or slow or real or browser"``.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from tests.helpers.redis_server import SERVERS, RedisServer, missing_binary
 
-TIERS = ("real", "browser")
+TIERS = ("slow", "real", "browser")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects anything

@@ -1,14 +1,16 @@
 """The bench command lines refuse a bad argument with one sentence and exit status 2, before anything loads.
 
-Each case runs the real command in a subprocess whose model and embedder loaders are replaced by a tripwire:
-reaching one exits 99 with "LOADING" on stderr. The valid control case must hit the tripwire (so it does catch
-a load); every bad case must exit 2 without reaching it.
+Each case runs the real command with its model and embedder loaders replaced by a tripwire: reaching one exits 99
+with "LOADING" on stderr. The valid control case must hit the tripwire (so it does catch a load); every bad case
+must exit 2 without reaching it. All the cases run one after another in one subprocess (``--batch``), so the
+imports are paid once: each command's main runs afresh, and stderr and the exit status are its own.
 """
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,16 +21,23 @@ from tests.helpers.tripwire import TRIPWIRE
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_tool(tool: str, *args: str) -> subprocess.CompletedProcess:
-    """``tool`` under the tripwire: the loaders a bench run calls first are replaced, the model pair (and any
-    conversion) for bench.speed.modes, the embedder for both."""
-    models = ["--models"] if tool == "bench.speed.modes" else []
-    return subprocess.run([sys.executable, "-m", "tests.helpers.tripwire", *models, tool, *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120,
+@dataclass(frozen=True)
+class Result:
+    returncode: int
+    stderr: str
+
+
+def run_tools(cases: list[tuple[str, list[str]]]) -> list[Result]:
+    """Each ``(tool, args)`` under the tripwire, in one subprocess: the loaders a bench run calls first are
+    replaced, the model pair (and any conversion) for bench.speed.modes, the embedder for both."""
+    batch = [{"tool": tool, "args": args, "models": tool == "bench.speed.modes"} for tool, args in cases]
+    done = subprocess.run([sys.executable, "-m", "tests.helpers.tripwire", "--batch"], cwd=ROOT, input=json.dumps(batch),
+                          capture_output=True, text=True, timeout=300, check=True,
                           env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())})
+    return [Result(**r) for r in json.loads(done.stdout)]
 
 
-def assert_refused(result: subprocess.CompletedProcess, tool: str, *expected: str) -> None:
+def assert_refused(result: Result, tool: str, *expected: str) -> None:
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and "LOADING" not in result.stderr, result.stderr
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
@@ -75,12 +84,6 @@ SPEED_CASES = [
 ]
 
 
-@pytest.mark.parametrize("args, expected", SPEED_CASES, ids=[" ".join(a) for a, _ in SPEED_CASES])
-def test_bench_speed_refuses_a_bad_argument_before_loading(files, args, expected):
-    assert_refused(run_tool("bench.speed.modes", "--prompts", str(files["prompts.jsonl"]), *fill(args, files)),
-                   "bench.speed.modes", *expected)
-
-
 CACHE_EVAL_CASES = [
     (["--pairs", "{missing}"], ["missing.jsonl", "No such file"]),
     (["--pairs", "{not-json.jsonl}"], ["not-json.jsonl:2", "not JSON"]),
@@ -91,9 +94,29 @@ CACHE_EVAL_CASES = [
 ]
 
 
+VALID_CASES = [("bench.speed.modes", ["--prompts", "{prompts.jsonl}", "--k", "auto"]),
+               ("bench.cache.evaluate", ["--pairs", "{pairs.jsonl}"])]
+
+
+@pytest.fixture(scope="module")
+def results(files) -> dict[tuple[str, tuple[str, ...]], Result]:
+    """Every case of this module, run once in one subprocess, by (tool, the arguments as written above)."""
+    names = files | {"port": free_port()}  # nothing listens there
+    cases = ([("bench.speed.modes", ["--prompts", "{prompts.jsonl}", *args]) for args, _ in SPEED_CASES]
+             + [("bench.cache.evaluate", args) for args, _ in CACHE_EVAL_CASES] + VALID_CASES)
+    done = run_tools([(tool, fill(args, names)) for tool, args in cases])
+    return {(tool, tuple(args)): result for (tool, args), result in zip(cases, done)}
+
+
+@pytest.mark.parametrize("args, expected", SPEED_CASES, ids=[" ".join(a) for a, _ in SPEED_CASES])
+def test_bench_speed_refuses_a_bad_argument_before_loading(results, args, expected):
+    assert_refused(results["bench.speed.modes", ("--prompts", "{prompts.jsonl}", *args)], "bench.speed.modes",
+                   *expected)
+
+
 @pytest.mark.parametrize("args, expected", CACHE_EVAL_CASES, ids=[" ".join(a) for a, _ in CACHE_EVAL_CASES])
-def test_cache_eval_refuses_a_bad_argument_before_loading(files, args, expected):
-    result = run_tool("bench.cache.evaluate", *fill(args, files | {"port": free_port()}))  # nothing listens there
+def test_cache_eval_refuses_a_bad_argument_before_loading(results, args, expected):
+    result = results["bench.cache.evaluate", tuple(args)]
     assert_refused(result, "bench.cache.evaluate", *expected)
     assert "hunter2" not in result.stderr
 
@@ -113,9 +136,18 @@ def test_cache_eval_writes_the_report_it_prints(files, tmp_path, monkeypatch, ca
     assert "pairs 1 (same 1), threshold 0.50, backend disk" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("tool, args", [("bench.speed.modes", ["--prompts", "{prompts.jsonl}", "--k", "auto"]),
-                                        ("bench.cache.evaluate", ["--pairs", "{pairs.jsonl}"])])
-def test_valid_arguments_go_on_to_load(files, tool, args):
+@pytest.mark.parametrize("tool, args", VALID_CASES, ids=[tool for tool, _ in VALID_CASES])
+def test_valid_arguments_go_on_to_load(results, tool, args):
     """The control: the tripwire above does catch a load, so the refusals really came before one."""
-    result = run_tool(tool, *fill(args, files))
+    result = results[tool, tuple(args)]
     assert result.returncode == TRIPWIRE and "LOADING" in result.stderr, result.stderr
+
+
+def test_a_batch_runs_each_command_afresh(files):
+    """The batch's own control: a case's exit status and stderr are its own, whatever ran before it in the
+    process (a refusal, then a load, then the same refusal again)."""
+    prompts = ["--prompts", str(files["prompts.jsonl"])]
+    bad, good = ("bench.speed.modes", [*prompts, "--k", "0"]), ("bench.speed.modes", [*prompts, "--k", "auto"])
+    first, loaded, again = run_tools([bad, good, bad])
+    assert (first.returncode, loaded.returncode, again.returncode) == (2, TRIPWIRE, 2)
+    assert first.stderr == again.stderr and "LOADING" not in again.stderr

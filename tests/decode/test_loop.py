@@ -125,6 +125,7 @@ def test_cancel_between_steps():
 @pytest.mark.parametrize("sampling", [SamplingConfig(temperature=1.0, max_new_tokens=3, stop_on_eos=False),
                                       SamplingConfig(temperature=0.7, top_k=4, top_p=0.9, max_new_tokens=3,
                                                      stop_on_eos=False)])
+@pytest.mark.slow
 def test_rejection_sampling_reproduces_target_distribution(sampling):
     vocab, n = 5, 3000
     target_model = tiny_model(3, vocab=vocab)

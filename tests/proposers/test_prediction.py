@@ -85,6 +85,7 @@ def test_the_stats_count_the_predictions_tokens_apart_through_start_speculative(
     assert done.stats.to_dict()["by_source"]["prediction"]["accepted"] == predicted.accepted
 
 
+@pytest.mark.slow
 def test_sampling_with_a_prediction_keeps_the_targets_distribution():
     vocab, n = 5, 2500
     target_model = tiny_model(3, vocab=vocab)

@@ -167,6 +167,7 @@ def test_each_registry_entry_labels_its_stats_and_traces_with_its_own_name(name)
 
 
 @pytest.mark.parametrize("name", ["lookup", "hybrid", "cached-answer", "draft-trimmed-head", "fast-draft"])
+@pytest.mark.slow
 def test_sampling_distribution_for_one_hot_and_mixed_drafts(name, monkeypatch):
     monkeypatch.setattr(engine.proposers, "HEAD_TOKENS", 3)  # the fast draft: cut-off and a trimmed head
     vocab, n = 5, 2500

@@ -14,6 +14,7 @@ import pandas as pd
 
 from app import toast
 from app.context import AppContext
+from app.tabs.engine_queue import UNTRACKED
 from app.views.render import esc
 from engine.surface import CacheEntry, CacheInfo, CacheStats, EngineSurface, StoreUnavailable
 
@@ -120,14 +121,17 @@ def make_cache_handlers(engine: EngineSurface) -> dict:
 
 def wire(ctx: AppContext, tab: CacheTab) -> None:
     h = make_cache_handlers(ctx.engine)
-    tab.tab.select(h["refresh"], None, tab.views(), queue=False, api_visibility="private")  # docs/app.md
-    tab.refresh.click(h["refresh"], None, tab.views(), api_name="cache_entries")
-    tab.delete.click(h["delete"], [tab.pick], tab.views(), api_name="cache_delete")
-    tab.clear.click(h["clear"], None, tab.views(), api_name="cache_clear")
+    # progress on the summary alone: a table that was a progress target is read again at every frame of every answer
+    # (app/tabs/engine_queue.py)
+    progress = dict(show_progress_on=[tab.summary])
+    tab.tab.select(h["refresh"], None, tab.views(), queue=False, api_visibility="private", **UNTRACKED)  # docs/app.md
+    tab.refresh.click(h["refresh"], None, tab.views(), api_name="cache_entries", **progress)
+    tab.delete.click(h["delete"], [tab.pick], tab.views(), api_name="cache_delete", **progress)
+    tab.clear.click(h["clear"], None, tab.views(), api_name="cache_clear", **progress)
 
 
 def refresh_after(ctx: AppContext, tab: CacheTab, events: list) -> None:
     """After each of ``events`` (an answer that may have stored a new entry), the view shows the cache again."""
     for event in events:
         event.then(lambda: cache_view(ctx.engine), None, tab.views(), queue=False, api_visibility="private",
-                   show_progress="hidden")  # not queued, as the join it follows (app/tabs/chat.py)
+                   **UNTRACKED)  # not queued, as the join it follows (app/tabs/chat.py)

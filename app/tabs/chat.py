@@ -15,7 +15,7 @@ from app.context import AppContext, session_id
 from app.examples import example_inputs, example_labels
 from app.settings import UISettings, cache_config, sampling_config, spec_config
 from app.tabs.controls import Controls
-from app.tabs.engine_queue import ENGINE
+from app.tabs.engine_queue import ENGINE, UNTRACKED
 from app.turn import Turn, trace_document, write_trace
 from app.views.render import error_html, error_message, info_html, legend_html, render_user
 from app.views.stats import SERIES_COLORS, acceptance_frame, render_stats, speedup_frame
@@ -282,11 +282,11 @@ def wire(ctx: AppContext, tab: ChatTab, controls: Controls) -> list:
     regen = tab.regen.click(h["regenerate"], inputs, outputs, api_name="regenerate", **progress, **ENGINE)
     # joining runs no model, so it is not queued: over the queue, a message sent as the answer joins the chat could
     # race Gradio's client closing its event stream and never be read (docs/app.md, "Events after an answer")
-    answered = [answer.then(h["join"], [tab.pending], joined, queue=False, api_visibility="private",
-                            show_progress="hidden") for answer in (send, regen)]
+    answered = [answer.then(h["join"], [tab.pending], joined, queue=False, api_visibility="private", **UNTRACKED)
+                for answer in (send, regen)]
     tab.stop.click(h["stop"], None, [tab.error_box], queue=False, api_visibility="private")
     tab.clear.click(h["clear"], None, [tab.chatbot, tab.live, tab.shown, tab.history, tab.trace, tab.error_box,
                                        tab.stats, tab.accept_plot, tab.speed_plot, tab.trace_file, tab.pending],
-                    cancels=[send, regen], queue=False, api_name="clear")
+                    cancels=[send, regen], queue=False, api_name="clear", **UNTRACKED)
     tab.export.click(h["export"], [tab.trace], [tab.trace_file], api_name="export_trace")
     return answered

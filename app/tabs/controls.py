@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 import gradio as gr
 
 from app.settings import UISettings
+from app.tabs.engine_queue import UNTRACKED
 from engine.config import CACHE_MODES, MAX_K, MAX_NEW_TOKENS, PROPOSER_NAMES
 from engine.surface import CacheInfo
 
@@ -115,4 +116,4 @@ def wire_answer_views(controls: Controls, views: list[tuple[gr.components.Compon
 
     for switch in (d.show_rejected, d.answer_view):
         switch.change(toggle, [d.show_rejected, d.answer_view], [view for view, _ in views], queue=False,
-                      api_visibility="private")
+                      api_visibility="private", **UNTRACKED)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from app.context import AppContext, session_id
-from app.tabs.engine_queue import ENGINE
+from app.tabs.engine_queue import ENGINE, UNTRACKED
 from app.views.render import error_html, error_message, info_html
 from app.views.report.files import load_result, save_result
 from app.views.report.views import acceptance_chart, doctor_html, progress_html, speedup_chart, table_frame
@@ -253,8 +253,9 @@ def make_experiment_handlers(ctx: AppContext, tab: ExperimentsTab) -> dict:
 def wire(ctx: AppContext, tab: ExperimentsTab) -> None:
     h = make_experiment_handlers(ctx, tab)
     tab.run.click(h["run"], {*tab.form(), tab.doctor_state, tab.confirming}, [*tab.views(), tab.run, tab.confirming],
-                  api_name="run_experiment", show_progress="hidden", **ENGINE)
+                  api_name="run_experiment", **UNTRACKED, **ENGINE)
     tab.doctor.click(h["doctor"], {tab.sets, tab.result}, [tab.doctor_out, tab.doctor_state], api_name="pair_doctor",
-                     show_progress="hidden", **ENGINE)
+                     **UNTRACKED, **ENGINE)
     tab.stop.click(h["stop"], None, None, queue=False, api_visibility="private")
-    tab.load.upload(h["load"], [tab.load], [*tab.views(), *tab.form()], api_visibility="private")
+    tab.load.upload(h["load"], [tab.load], [*tab.views(), *tab.form()], api_visibility="private",
+                    show_progress_on=[tab.progress])  # not on the table or the plots (app/tabs/engine_queue.py)

@@ -10,7 +10,7 @@ import gradio as gr
 from app import toast
 from app.context import AppContext
 from app.settings import model_choices
-from app.tabs.engine_queue import ENGINE
+from app.tabs.engine_queue import ENGINE, UNTRACKED
 from app.views.render import error_html, error_message, esc
 from app.views.stats import render_stats
 from engine.config import AUTO, PRECISIONS, VERIFY_MODES
@@ -146,5 +146,5 @@ def wire(ctx: AppContext, panel: PairPanel, error_box, stats) -> None:
     panel.remeasure.click(h["remeasure"], None, outputs, api_name="measure_baseline", **ENGINE)
     # not on the engine queue: a redraw reads the pair, and must not wait behind an answer
     panel.poll.tick(h["poll"], None, [panel.status, panel.verify, panel.poll], api_visibility="private",
-                    show_progress="hidden")
+                    **UNTRACKED)
     panel.verify.input(h["verify"], [panel.verify], [panel.status, error_box], api_name="set_verify_mode", **ENGINE)

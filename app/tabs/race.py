@@ -217,7 +217,10 @@ def wire(ctx: AppContext, tab: RaceTab, controls: Controls) -> None:
     h = make_race_handlers(ctx, tab, controls)
     inputs = {*controls.settings_fields().values(), tab.prompt}
     outputs = [tab.summary, tab.target, tab.spec, tab.error_box, tab.prove, tab.proof, tab.trace]
-    race = gr.on([tab.prompt.submit, tab.run.click], h["race"], inputs, outputs, api_name="race", **ENGINE)
+    # progress on the summary: the two answers stream in their own views, which stay out of the page's loading statuses
+    # (app/tabs/engine_queue.py)
+    race = gr.on([tab.prompt.submit, tab.run.click], h["race"], inputs, outputs, api_name="race",
+                 show_progress_on=[tab.summary], **ENGINE)
     tab.stop.click(h["stop"], None, None, cancels=[race], queue=False, api_visibility="private")
     tab.prove.click(h["prove"], [tab.trace], [tab.proof, tab.trace], api_name="race_prove_fp32",
                     show_progress_on=[tab.proof], **ENGINE)

@@ -68,3 +68,31 @@ def test_what_follows_an_answer_is_not_queued():
     chained = [d for d in dependencies if d.get("trigger_after") is not None and root(d) in answers]
     assert len(chained) >= 4, "the joins and the cache view's refreshes follow each answer"
     assert [d["api_name"] for d in chained if d["queue"] is not False] == []
+
+
+def test_no_event_tracks_its_progress_on_a_value_that_grows():
+    """Gradio's page keeps a loading status for every component that was ever a progress target of an event that ran
+    (its ``show_progress_on``, or every output when that is None) and, at every message of every event, reads a
+    snapshot of each of them, its whole value included (app/tabs/engine_queue.py). The chat, written once per answer
+    by the join, was a progress target: every frame of every later answer cloned the whole conversation (on 2 cores,
+    4.5k clones an answer at the first answer, 21k at the sixth; flat after). No event tracks progress on a component
+    whose value grows with the conversation, the cache or an experiment: the chat, the race's answers, a table or a
+    plot; the events that write them track none, or a status line."""
+    from app.context import AppContext
+    from app.ui import build_demo
+    from tests.helpers.fakes import FakeEngine
+
+    config = build_demo(AppContext(FakeEngine([], cache=False))).get_config_file()
+    kinds = {c["id"]: (c["type"], c.get("props", {}).get("elem_id")) for c in config["components"]}
+    growing = {"chatbot", "dataframe", "plot", "lineplot", "barplot", "scatterplot"}
+    race_views = {"race-target", "race-spec"}
+    tracked = {}
+    for d in config["dependencies"]:
+        targets = d["outputs"] if d.get("show_progress_on") is None else d["show_progress_on"]
+        tracked[d["id"]] = [kinds[t] for t in targets if t in kinds]
+    writes_growing = [d for d in config["dependencies"] if any(kinds[t][0] in growing for t in d["outputs"])]
+    assert len(writes_growing) >= 5, "the chat's joins and clear, the cache view's refreshes, the experiments"
+    bad = {d_id: [k for k in ks if k[0] in growing or k[1] in race_views] for d_id, ks in tracked.items()}
+    assert {d_id: ks for d_id, ks in bad.items() if ks} == {}
+    joins = [d for d in config["dependencies"] if d.get("api_name", "").startswith("join")]
+    assert len(joins) == 2 and all(tracked[d["id"]] == [] for d in joins)

@@ -9,7 +9,7 @@ import gradio as gr
 from app.api.gradio_chat import make_chat_api
 from app.context import AppContext
 from app.tabs import cache, chat, controls, experiments, pair, race
-from app.tabs.engine_queue import ENGINE
+from app.tabs.engine_queue import ENGINE, UNTRACKED
 from app.views.markdown import pygments_css
 from app.views.stats import render_stats
 
@@ -41,7 +41,7 @@ def build_demo(ctx: AppContext) -> gr.Blocks:
         gr.api(make_chat_api(ctx), api_name="chat", **ENGINE)
         demo.load(lambda: (pair.pair_status_html(ctx.pair(), ctx.baseline()),
                            render_stats(None, None, ctx.baseline())),
-                  None, [pair_panel.status, chat_tab.stats], api_visibility="private")
+                  None, [pair_panel.status, chat_tab.stats], api_visibility="private", **UNTRACKED)
     return demo
 
 

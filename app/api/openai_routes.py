@@ -27,6 +27,7 @@ from app.api.openai_format import (Answer, ApiError, Piece, Release, chunk_body,
                                    new_id, usage_chunk, validation_error_body)
 from app.api.openai_request import (ChatCompletionRequest, check_request, engine_messages, memory_scope, prediction_text,
                                     sampling_of, stop_strings)
+from app.api.page_head import PageHead
 from app.context import AppContext
 from engine.config import DEFAULT_CACHE, DEFAULT_SPEC
 from engine.errors import EngineError
@@ -210,6 +211,7 @@ def create_server(ctx: AppContext, demo: gr.Blocks, api_key: str | None = None, 
     there is an ``api_key``."""
     app = add_openai_routes(FastAPI(docs_url=None, redoc_url=None, openapi_url=None), ctx, api_key)
     auth = gradio_login(api_key) if api_key else None
-    return gr.mount_gradio_app(app, demo, path="/", auth=auth,
-                               auth_message="Log in with any user name and the API key as the password.",
-                               **mount_kwargs)
+    app = gr.mount_gradio_app(app, demo, path="/", auth=auth,
+                              auth_message="Log in with any user name and the API key as the password.", **mount_kwargs)
+    app.add_middleware(PageHead)  # assets/page.js first in the page, before Gradio's scripts
+    return app

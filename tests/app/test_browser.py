@@ -199,6 +199,30 @@ def test_a_streaming_answer_leaves_the_finished_messages_untouched(page):
     assert answers(page) == 3
 
 
+# true once a whole second passed in which the page asked for at most 10 animation frames (assets/page.js counts them)
+SETTLED_JS = """() => { const asked = window.__speclensFrames.asked, now = performance.now(), last = window.__settle;
+  if (!last || now - last.t >= 1000) window.__settle = {t: now, asked};
+  return !!last && now - last.t >= 1000 && asked - last.asked <= 10; }"""
+
+
+def test_an_idle_page_asks_for_a_few_frames_a_second_not_every_frame(page):
+    """Gradio 6's page loading tracker is removed while its elapsed-time loop still runs, so a plain Gradio tab asks
+    for an animation frame at the display's rate for as long as it is open (about a tenth of a core on 2 cores).
+    assets/page.js, first in the page's head (app/api/page_head.py), spaces that loop to 4 frames a second: over
+    2 s of an idle page, the loop is recognised (this Gradio's code still matches) and the page asks for a handful of
+    frames, where it asked for about 120. A count of frames, not a time. It is counted once the page has settled:
+    the loading screen's spinner (also removed mid-animation) finishes its last spring cycle a few seconds after
+    the page loads."""
+    spaced = page.evaluate("() => window.__speclensFrames.spaced")
+    assert spaced > 0, "assets/page.js no longer recognises Gradio's elapsed-time loop"
+    page.wait_for_function(SETTLED_JS, timeout=60_000, polling=250)
+    before = page.evaluate("() => ({...window.__speclensFrames})")
+    page.wait_for_timeout(2000)
+    after = page.evaluate("() => ({...window.__speclensFrames})")
+    assert after["spaced"] > before["spaced"], "the loop stopped: Gradio may have fixed it (drop assets/page.js)"
+    assert after["asked"] - before["asked"] <= 20, (before, after)
+
+
 def test_code_renders_as_a_block_of_coloured_tokens_and_the_view_switch_works(page):
     set_number(page, "max-new-tokens", 120)
     wait_answer(page, send(page, "Write a Python function that adds two numbers, in a ```python code block."))

@@ -98,14 +98,27 @@ VALID_CASES = [("bench.speed.modes", ["--prompts", "{prompts.jsonl}", "--k", "au
                ("bench.cache.evaluate", ["--pairs", "{pairs.jsonl}"])]
 
 
+def control_cases(files) -> list[tuple[str, list[str]]]:
+    """A refusal, then a load, then the same refusal again, last in the batch (after every other case)."""
+    prompts = ["--prompts", str(files["prompts.jsonl"])]
+    bad, good = ("bench.speed.modes", [*prompts, "--k", "0"]), ("bench.speed.modes", [*prompts, "--k", "auto"])
+    return [bad, good, bad]
+
+
 @pytest.fixture(scope="module")
-def results(files) -> dict[tuple[str, tuple[str, ...]], Result]:
-    """Every case of this module, run once in one subprocess, by (tool, the arguments as written above)."""
+def batch(files) -> tuple[dict[tuple[str, tuple[str, ...]], Result], list[Result]]:
+    """Every case of this module, run once in one subprocess: by (tool, the arguments as written above), and the
+    control sequence's three results."""
     names = files | {"port": free_port()}  # nothing listens there
     cases = ([("bench.speed.modes", ["--prompts", "{prompts.jsonl}", *args]) for args, _ in SPEED_CASES]
              + [("bench.cache.evaluate", args) for args, _ in CACHE_EVAL_CASES] + VALID_CASES)
-    done = run_tools([(tool, fill(args, names)) for tool, args in cases])
-    return {(tool, tuple(args)): result for (tool, args), result in zip(cases, done)}
+    done = run_tools([(tool, fill(args, names)) for tool, args in cases] + control_cases(files))
+    return {(tool, tuple(args)): result for (tool, args), result in zip(cases, done)}, done[len(cases):]
+
+
+@pytest.fixture(scope="module")
+def results(batch) -> dict[tuple[str, tuple[str, ...]], Result]:
+    return batch[0]
 
 
 @pytest.mark.parametrize("args, expected", SPEED_CASES, ids=[" ".join(a) for a, _ in SPEED_CASES])
@@ -143,11 +156,9 @@ def test_valid_arguments_go_on_to_load(results, tool, args):
     assert result.returncode == TRIPWIRE and "LOADING" in result.stderr, result.stderr
 
 
-def test_a_batch_runs_each_command_afresh(files):
+def test_a_batch_runs_each_command_afresh(batch):
     """The batch's own control: a case's exit status and stderr are its own, whatever ran before it in the
-    process (a refusal, then a load, then the same refusal again)."""
-    prompts = ["--prompts", str(files["prompts.jsonl"])]
-    bad, good = ("bench.speed.modes", [*prompts, "--k", "0"]), ("bench.speed.modes", [*prompts, "--k", "auto"])
-    first, loaded, again = run_tools([bad, good, bad])
+    process (every case above, then a refusal, a load and the same refusal again)."""
+    first, loaded, again = batch[1]
     assert (first.returncode, loaded.returncode, again.returncode) == (2, TRIPWIRE, 2)
     assert first.stderr == again.stderr and "LOADING" not in again.stderr

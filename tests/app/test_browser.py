@@ -223,6 +223,27 @@ def test_an_idle_page_asks_for_a_few_frames_a_second_not_every_frame(page):
     assert after["asked"] - before["asked"] <= 20, (before, after)
 
 
+def test_the_fiftieth_answer_costs_the_page_what_the_first_did(page):
+    """Issue 46: the chat must not slow down as it grows. Fifty messages (the bench's 16 prompts cycled, the cache
+    off so every answer is decoded, 16 new tokens each) in one chat; the page's own main-thread CPU seconds per token
+    (Chromium's clock, CDP Performance.getMetrics) over the last three answers are within 1.5x those over the first
+    three. A ratio of CPU seconds in one run, no wall-clock threshold."""
+    from bench.speed.page_clock import PageClock
+    from tests.helpers.prompts import eval_prompts
+
+    set_number(page, "max-new-tokens", 16)
+    page.locator("#cache-enabled input").uncheck()
+    clock, prompts, per_token = PageClock(page), eval_prompts(), []
+    for i in range(50):
+        before = clock.read()
+        wait_answer(page, send(page, prompts[i % len(prompts)]))
+        per_token.append(PageClock.spent(before, clock.read())["page_task_s"] / max(int(stat(page, "tokens")), 1))
+    first, last = sum(per_token[:3]) / 3, sum(per_token[-3:]) / 3
+    print(f"page task ms/token, answers 1-3: {1e3 * first:.1f}, answers 48-50: {1e3 * last:.1f}")
+    assert answers(page) == 50
+    assert last <= 1.5 * first, [round(1e3 * x, 1) for x in per_token]
+
+
 def test_code_renders_as_a_block_of_coloured_tokens_and_the_view_switch_works(page):
     set_number(page, "max-new-tokens", 120)
     wait_answer(page, send(page, "Write a Python function that adds two numbers, in a ```python code block."))

@@ -16,9 +16,10 @@ from collections.abc import Callable
 
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.openai_format import error_body
+from app.api.page_head import html_rewritten
 
 API_PREFIX = "/v1"
 # What Gradio puts in a page for a visitor who is not logged in (the login page): its config says so first
@@ -68,32 +69,12 @@ def without_api_info(page: bytes) -> bytes | None:
 
 
 def login_page_only(send: Send) -> Send:
-    """``send`` for one response, holding back an HTML one until its whole body is in, so that ``without_api_info``
-    can empty a login page (its length changes: Content-Length follows). Other responses pass as they come."""
-    held: list[Message] = []
-
-    async def filtered(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            headers = Headers(raw=message["headers"])
-            if headers.get("content-type", "").startswith("text/html") and "content-encoding" not in headers:
-                held.append(message)
-                return
-        if not held or message["type"] != "http.response.body":
-            await send(message)
-            return
-        held.append(message)
-        if message.get("more_body"):
-            return
-        start, body = held[0], b"".join(m.get("body", b"") for m in held[1:])
+    """``send`` for one response: an HTML page goes out without the app's API description (``without_api_info``),
+    or as a 500 when it cannot be taken out; other responses pass as they come."""
+    def rewrite(body: bytes) -> tuple[int | None, bytes]:
         page = without_api_info(body)
-        status, page = (start["status"], page) if page is not None else (500, WITHHELD)
-        headers = start["headers"]
-        if body:  # a HEAD response has none, and keeps the headers of its GET
-            headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
-            headers.append((b"content-length", str(len(page)).encode()))
-        await send({**start, "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": page})
-    return filtered
+        return (None, page) if page is not None else (500, WITHHELD)
+    return html_rewritten(send, rewrite)
 
 
 def gradio_login(api_key: str) -> Callable[[str, str], bool]:

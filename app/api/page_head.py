@@ -8,9 +8,10 @@ streamed ones included.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
-from starlette.datastructures import MutableHeaders
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 PAGE_SCRIPT = Path(__file__).resolve().parents[2] / "assets" / "page.js"
@@ -24,6 +25,35 @@ def script_tag(source: str) -> bytes:
     return f"<script>{source}</script>".encode()
 
 
+def html_rewritten(send: Send, rewrite: Callable[[bytes], tuple[int | None, bytes]]) -> Send:
+    """``send`` for one response: an HTML one (``text/html``, not compressed) is held back until its whole body is
+    in and goes out as ``rewrite(body)`` says (a new status or None, the new body), its Content-Length following;
+    other responses, streamed ones included, pass as they come."""
+    held: list[Message] = []
+
+    async def filtered(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = Headers(raw=message["headers"])
+            if headers.get("content-type", "").startswith("text/html") and "content-encoding" not in headers:
+                held.append(message)
+                return
+        if not held or message["type"] != "http.response.body":
+            await send(message)
+            return
+        held.append(message)
+        if message.get("more_body"):
+            return
+        start, body = held[0], b"".join(m.get("body", b"") for m in held[1:])
+        status, page = rewrite(body)
+        headers = start["headers"]
+        if body:  # a HEAD response has none, and keeps the headers of its GET
+            headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+            headers.append((b"content-length", str(len(page)).encode()))
+        await send({**start, "status": status or start["status"], "headers": headers})
+        await send({"type": "http.response.body", "body": page})
+    return filtered
+
+
 class PageHead:
     """Puts ``script_tag(source)`` right after the ``<head>`` of every HTML page ``app`` serves."""
 
@@ -35,25 +65,6 @@ class PageHead:
         if scope["type"] != "http" or scope["method"] != "GET":
             await self.app(scope, receive, send)
             return
-        held: list[Message] = []  # the response's start, while its HTML body is gathered
-        parts: list[bytes] = []
-
-        async def send_page(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = MutableHeaders(raw=message["headers"])
-                if headers.get("content-type", "").startswith("text/html") and "content-encoding" not in headers:
-                    held.append(message)
-                    return
-            elif message["type"] == "http.response.body" and held:
-                parts.append(message.get("body", b""))
-                if message.get("more_body", False):
-                    return
-                body = b"".join(parts).replace(HEAD, HEAD + self.tag, 1)
-                start = held.pop()
-                MutableHeaders(raw=start["headers"])["content-length"] = str(len(body))
-                await send(start)
-                await send({"type": "http.response.body", "body": body})
-                return
-            await send(message)
-
-        await self.app(scope, receive, send_page)
+        def rewrite(body: bytes) -> tuple[None, bytes]:
+            return None, body.replace(HEAD, HEAD + self.tag, 1)
+        await self.app(scope, receive, html_rewritten(send, rewrite))

@@ -63,10 +63,12 @@ class AppContext:
         except NoPairError:
             return None
 
-    def baseline(self) -> dict | None:
-        """The loaded pair's target-only speed, measured by the engine on this machine (app/baseline.py), or None
-        while it is measured; remembered for the experiment grid's estimates (a flagged one in memory only)."""
-        pair = self.pair()
+    def speed(self, pair: PairInfo | None) -> dict | None:
+        """``pair``'s target-only speed, as the engine measured it on this machine (``PairInfo.target_speed``, the one
+        source: app/baseline.py's ``speed_record``), or None while it is measured. A handler reads the pair once
+        (``pair()``) and passes that value here and to what it renders, so an answer's meter, its trace and the pair
+        line speak of the same pair. The record is also remembered for the experiment grid's estimates of targets
+        not loaded later (a flagged one in memory only)."""
         record = None if pair is None else speed_record(pair)
         if record is not None:
             key = baseline_key(pair)
@@ -76,10 +78,8 @@ class AppContext:
 
     def grid_estimate(self, grid: ExperimentGrid) -> tuple[float | None, str]:
         """How long ``grid`` would take at the speeds measured here (app/baseline.py), and the sentence."""
-        try:
-            loaded = self.engine.info()
-        except NoPairError:
-            loaded = None
+        loaded = self.pair()
+        self.speed(loaded)  # the loaded target's speed is among those remembered
         return grid_estimate(self.baselines, grid, loaded)
 
 

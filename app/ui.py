@@ -19,18 +19,19 @@ HEADER = ('<div class="app-header"><h1>SpecLens</h1><p>Speculative decoding, mad
 
 
 def build_demo(ctx: AppContext) -> gr.Blocks:
+    loaded = ctx.pair()  # read once: every tab is built for the same pair
     with gr.Blocks(title="SpecLens — speculative decoding", analytics_enabled=False) as demo:
         gr.HTML(HEADER)
         with gr.Row(equal_height=False):
             with gr.Column(scale=1, min_width=350, elem_id="controls"):
-                pair_panel = pair.create(ctx.pair())
+                pair_panel = pair.create(loaded)
                 settings = controls.create(ctx.engine.cache_info())
             with gr.Column(scale=4):
                 with gr.Tabs():
-                    chat_tab = chat.create(ctx.baseline())
+                    chat_tab = chat.create(ctx.speed(loaded))
                     race_tab = race.create(chat_tab.error_box)
                     cache_tab = cache.create()
-                    experiments_tab = experiments.create(ctx.pair())
+                    experiments_tab = experiments.create(loaded)
         answers = chat.wire(ctx, chat_tab, settings)
         cache.refresh_after(ctx, cache_tab, answers)  # an answer may have stored a new entry
         race.wire(ctx, race_tab, settings)
@@ -39,10 +40,15 @@ def build_demo(ctx: AppContext) -> gr.Blocks:
         pair.wire(ctx, pair_panel, chat_tab.error_box, chat_tab.stats)
         experiments.wire(ctx, experiments_tab)
         gr.api(make_chat_api(ctx), api_name="chat", **ENGINE)
-        demo.load(lambda: (pair.pair_status_html(ctx.pair(), ctx.baseline()),
-                           render_stats(None, None, ctx.baseline())),
-                  None, [pair_panel.status, chat_tab.stats], api_visibility="private", **UNTRACKED)
+        demo.load(lambda: _opened(ctx), None, [pair_panel.status, chat_tab.stats], api_visibility="private",
+                  **UNTRACKED)
     return demo
+
+
+def _opened(ctx: AppContext) -> tuple[str, str]:
+    """What a page shows when it opens: the pair line and the empty panel, of one read of the pair."""
+    loaded = ctx.pair()
+    return pair.pair_status_html(loaded), render_stats(None, None, ctx.speed(loaded))
 
 
 def launch_kwargs() -> dict:

@@ -1,7 +1,9 @@
 """What the app may call on the engine: one typed ``Protocol``, and the small frozen values it returns.
 
 ``engine.chat_engine.ChatEngine`` satisfies it; the app holds its engine as an ``EngineSurface`` and calls nothing
-else (no attributes: cache settings and statistics come through methods too). This module imports nothing
+else (no attributes: cache settings and statistics come through methods too). Benchmarks and tests use the same
+surface; the members they alone need (the loaded ``target`` and ``draft``, ``use_models``, ``encode``) are on it
+too, so there is one API to the engine. This module imports nothing
 heavy (no torch, no transformers): the app imports it, and the app never imports torch.
 
 Beside the Protocol, this module re-exports what the app builds or reads from the parts below it: the cache's
@@ -29,8 +31,9 @@ from engine.lab.results import COLUMNS, RESULT_VERSION, DoctorReport, LabUpdate
 from engine.models.catalog import BUILTIN_MODELS, DEFAULT_DRAFT, DEFAULT_TARGET, cache_root
 from engine.models.load_checks import TargetSpeed
 
-if TYPE_CHECKING:  # engine.divergence imports torch; the app reads these by attribute
+if TYPE_CHECKING:  # engine.divergence imports torch, engine.models.loading too; the app reads these by attribute
     from engine.divergence import Divergence, Fp32Proof
+    from engine.models.loading import LoadedModel
 
 __all__ = [  # the re-exports the app imports from here, beside the Protocol and its values below
     "BUILTIN_MODELS", "COLUMNS", "DEFAULT_DRAFT", "DEFAULT_TARGET", "DOCTOR_KINDS", "LAB_PROPOSERS", "OWN",
@@ -92,6 +95,24 @@ class EngineSurface(Protocol):
 
     def info(self) -> PairInfo:
         """The loaded pair; raises NoPairError when none is loaded."""
+        ...
+
+    def use_models(self, target: LoadedModel, draft: LoadedModel) -> None:
+        """Install models already loaded (a benchmark's, a test's) as the pair, their figures measured now."""
+        ...
+
+    @property
+    def target(self) -> LoadedModel:
+        """The loaded target model (benchmarks and tests drive it directly; the app reads ``info()``)."""
+        ...
+
+    @property
+    def draft(self) -> LoadedModel:
+        """The loaded draft model."""
+        ...
+
+    def encode(self, messages: list[dict]) -> list[int]:
+        """The token ids the target is fed for ``messages`` (its chat template, within its context window)."""
         ...
 
     def remeasure(self) -> PairInfo:
@@ -162,8 +183,8 @@ class EngineSurface(Protocol):
         ...
 
 
-SURFACE_MEMBERS = tuple(name for name in vars(EngineSurface) if not name.startswith("_")
-                        and callable(getattr(EngineSurface, name)))
+SURFACE_MEMBERS = tuple(name for name, member in vars(EngineSurface).items() if not name.startswith("_")
+                        and (callable(member) or isinstance(member, property)))
 
 
 def _parameters(fn) -> list[tuple[str, object, object]]:
@@ -171,14 +192,20 @@ def _parameters(fn) -> list[tuple[str, object, object]]:
     return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
 
 
+_MISSING = object()
+
+
 def surface_problems(cls: type) -> list[str]:
     """What keeps ``cls`` from being an EngineSurface: each member it lacks, or whose parameters (names, kinds,
     defaults, order) differ from the Protocol's. Empty when it conforms."""
     problems = []
     for name in SURFACE_MEMBERS:
-        impl = inspect.getattr_static(cls, name, None)
-        if impl is None:
+        impl = inspect.getattr_static(cls, name, _MISSING)
+        if impl is _MISSING:
             problems.append(f"{cls.__name__}.{name} is missing")
+        elif isinstance(getattr(EngineSurface, name), property):
+            if not isinstance(impl, property):
+                problems.append(f"{cls.__name__}.{name} is not a property, as EngineSurface.{name} is")
         elif _parameters(getattr(cls, name)) != _parameters(getattr(EngineSurface, name)):
             problems.append(f"{cls.__name__}.{name}{inspect.signature(getattr(cls, name))} differs from "
                             f"EngineSurface.{name}{inspect.signature(getattr(EngineSurface, name))}")

@@ -22,6 +22,7 @@ from app.views.stats import SERIES_COLORS, acceptance_frame, render_stats, speed
 from engine.errors import EngineError
 
 FRAME_S = 0.2  # a streaming answer redraws at most this often (5 frames a second; docs/bench.md has the cost)
+PANEL_S = 1.0  # the statistics panel beside it at most this often (its figures settle over steps, not tokens)
 LIVE_CLASSES = ("chat-live",)
 # the speedup plot's "theory" line is engine.costs.costmodel.StepCosts.speedup at each k (not a closed formula)
 THEORY_CAPTION = ("theory: (1-α^(k+1))/(1-α) tokens per step over the step's k·t_draft + t_verify(k+1), "
@@ -143,13 +144,15 @@ def stream_answer(ctx: AppContext, tab: ChatTab, *, history: list[dict], shown: 
 def _stream_answer(ctx: AppContext, tab: ChatTab, *, history: list[dict], shown: list, prompt: str,
                    s: UISettings, flag, prediction: str = ""):
     messages = [*history, {"role": "user", "content": prompt}]
+    # the pair read once, as the answer starts (as the engine reads its own): the meter and the trace speak of it
+    pair = ctx.pair()
     try:
         events, head = _start(ctx, messages, s, flag, prediction)
     except EngineError as err:  # bad input: said in the error box, the chat stays as it was
         yield _fail(tab, err)
         return
-    turn, baseline, frames = Turn(), ctx.baseline(), Frames()
-    doc = trace_document(turn, messages, ctx.pair(), s.to_dict())
+    turn, frames, panel = Turn(), Frames(), Frames(PANEL_S)
+    baseline, doc = ctx.speed(pair), trace_document(turn, messages, pair, s.to_dict())
     # the question and the answer stream into the live box under the chat, and join the chat once the answer is done
     # (join_answer, the event after this one): the chat, its states and the plots are no outputs of the streaming
     # event, so what a frame costs (the server's render, the wire, the browser's bookkeeping and layout) is this
@@ -162,7 +165,9 @@ def _stream_answer(ctx: AppContext, tab: ChatTab, *, history: list[dict], shown:
             finished = event.type == "done"
             if not (finished or frames.due(event.type)):
                 continue
-            update = {tab.stats: render_stats(turn.stats, turn.cache, baseline, _status(turn))}
+            update = {}
+            if finished or panel.due(event.type):  # the panel's own, slower pace; its last frame is the answer's
+                update[tab.stats] = render_stats(turn.stats, turn.cache, baseline, _status(turn))
             if finished:  # the whole answer, and what the join writes into the chat and the states
                 answer = turn.html()
                 update[tab.live] = _live(question, turn, answer)
@@ -192,17 +197,17 @@ def join_answer(tab: ChatTab, pending: dict | None) -> dict:
 
 
 class Frames:
-    """When a streaming answer redraws: at most once every ``FRAME_S`` (the events between are drawn together in
-    the next frame, since the engine runs ahead on its own worker), after a step (a StatsEvent). A redraw costs the
-    server a render and the browser a layout on the cores the model runs on: drawing every token would slow the
-    answer down."""
+    """When a streaming answer redraws: at most once every ``period`` (``FRAME_S``; the events between are drawn
+    together in the next frame, since the engine runs ahead on its own worker), after a step (a StatsEvent). A
+    redraw costs the server a render and the browser a layout on the cores the model runs on: drawing every token
+    would slow the answer down."""
 
-    def __init__(self, clock=time.monotonic):
-        self.clock = clock
+    def __init__(self, period: float = FRAME_S, clock=time.monotonic):
+        self.period, self.clock = period, clock
         self.last = -float("inf")
 
     def due(self, event_type: str) -> bool:
-        if event_type != "stats" or self.clock() - self.last < FRAME_S:
+        if event_type != "stats" or self.clock() - self.last < self.period:
             return False
         self.last = self.clock()
         return True
@@ -245,7 +250,7 @@ def make_handlers(ctx: AppContext, tab: ChatTab, controls: Controls) -> dict:
 
     def clear(request: gr.Request):
         ctx.cancels.cancel(session_id(request))
-        empty_stats = render_stats(None, None, ctx.baseline())
+        empty_stats = render_stats(None, None, ctx.speed(ctx.pair()))
         return ([], "", [], [], {}, error_html(None), empty_stats, acceptance_frame(None), speedup_frame(None, None),
                 gr.update(value=None, visible=False), None)
 

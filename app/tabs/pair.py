@@ -11,6 +11,7 @@ from app import toast
 from app.context import AppContext
 from app.settings import model_choices
 from app.tabs.engine_queue import ENGINE, UNTRACKED
+from app.baseline import speed_record
 from app.views.render import error_html, error_message, esc
 from app.views.stats import render_stats
 from engine.config import AUTO, PRECISIONS, VERIFY_MODES
@@ -59,7 +60,10 @@ def create(pair: PairInfo | None) -> PairPanel:
 POLL_S = 2.0  # how often the pair line is redrawn while the pair's figures are measured
 
 
-def pair_status_html(pair: PairInfo | None, baseline: dict | None = None, note: str = "") -> str:
+def pair_status_html(pair: PairInfo | None, note: str = "") -> str:
+    """The pair line: the models, the runner, the target-only speed measured with the pair's figures (its
+    ``target_speed``, the one source), what is being measured or how it was, and the identity and verify notes."""
+    baseline = None if pair is None else speed_record(pair)
     if pair is None:
         body = "No pair loaded yet."
     else:
@@ -94,46 +98,46 @@ def make_pair_handlers(ctx: AppContext, panel: PairPanel, error_box, stats) -> d
              progress=gr.Progress(track_tqdm=True)):
         progress(0.05, desc=f"Loading {target} and {draft}…")
         try:
-            ctx.engine.load_pair((target or "").strip(), (draft or "").strip(),
-                                 _precision(target_precision), _precision(draft_precision))
+            pair = ctx.engine.load_pair((target or "").strip(), (draft or "").strip(),
+                                        _precision(target_precision), _precision(draft_precision))
         except (EngineError, OSError) as err:  # a bad name or pair, a failed download, a full disk: the old pair stays
             message = error_message(err)
             toast.warn(f"Could not load the pair: {message}")
-            note = "The previous pair is still loaded." if ctx.pair() else ""
-            return {panel.status: pair_status_html(ctx.pair(), ctx.baseline(), note),
+            kept = ctx.pair()
+            return {panel.status: pair_status_html(kept, "The previous pair is still loaded." if kept else ""),
                     error_box: error_html(f"Could not load the pair: {message}")}
         toast.info("Pair loaded." + (" Its figures are measured while the app is idle." if
-                                     ctx.pair() and ctx.pair().measuring else ""))
-        return {**redraw(), error_box: error_html(None)}
+                                     pair and pair.measuring else ""))
+        return {**redraw(pair), error_box: error_html(None)}
 
     def remeasure():
         if ctx.pair() is None:
             return {error_box: error_html("load a pair first")}
-        ctx.engine.remeasure()
-        return redraw()
+        return redraw(ctx.engine.remeasure())
 
-    def redraw():
-        """The pair line, the empty panel and the verify choice as the figures now stand; the timer runs while
-        they are measured."""
-        return {**poll(), stats: render_stats(None, None, ctx.baseline())}
+    def redraw(pair: PairInfo | None):
+        """The pair line, the empty panel and the verify choice as ``pair``'s figures now stand (one read of the
+        pair); the timer runs while they are measured."""
+        return {**shown(pair), stats: render_stats(None, None, ctx.speed(pair))}
 
     def poll():
         """What the timer redraws: the pair line and the verify choice (the stats panel may hold an answer's)."""
-        pair = ctx.pair()
-        return {panel.status: pair_status_html(pair, ctx.baseline()),
-                panel.verify: (pair.verify_mode or None) if pair else None,
+        return shown(ctx.pair())
+
+    def shown(pair: PairInfo | None):
+        return {panel.status: pair_status_html(pair), panel.verify: (pair.verify_mode or None) if pair else None,
                 panel.poll: gr.Timer(active=bool(pair and pair.measuring))}
 
     def verify(mode: str | None):
-        if ctx.pair() is None or not mode:
-            return {error_box: error_html("load a pair first" if ctx.pair() is None else None)}
+        loaded = ctx.pair()
+        if loaded is None or not mode:
+            return {error_box: error_html("load a pair first" if loaded is None else None)}
         try:
             info = ctx.engine.set_verify_mode(mode)
         except EngineError as err:  # a pair with no choice, or an unknown mode: the pair stays as it was
             toast.warn(error_message(err))
-            return {error_box: error_html(error_message(err)),
-                    panel.status: pair_status_html(ctx.pair(), ctx.baseline())}
-        return {panel.status: pair_status_html(info, ctx.baseline()), error_box: error_html(None)}
+            return {error_box: error_html(error_message(err)), panel.status: pair_status_html(ctx.pair())}
+        return {panel.status: pair_status_html(info), error_box: error_html(None)}
 
     return dict(load=load, remeasure=remeasure, verify=verify, poll=poll)
 

@@ -159,6 +159,7 @@ def run_race(ctx: AppContext, tab: RaceTab, prompt: str, s: UISettings, session:
 
 def _race(ctx: AppContext, tab: RaceTab, prompt: str, s: UISettings, flag):
     messages = [{"role": "user", "content": prompt}]
+    pair = ctx.pair()  # read once, as the race starts: its identity claim and trace are of the pair that ran
     try:
         sampling, spec_cfg, ref_events, first = _start_reference(ctx, messages, s, flag)
     except EngineError as err:  # bad input: said in the error box and the summary
@@ -177,7 +178,6 @@ def _race(ctx: AppContext, tab: RaceTab, prompt: str, s: UISettings, flag):
         spec_events = ctx.engine.generate(messages, sampling, spec_cfg, cache=CACHE_OFF, cancel=flag)
         yield from _pump(spec_events, spec, tab.spec)
     divergence = _explain(ctx, messages, sampling, ref, spec)
-    pair = ctx.pair()
     yield {tab.summary: race_summary(ref, spec, sampling.greedy, divergence, claims_identity(pair, spec_cfg),
                                      pair.identity_note if pair else ""),
            # any divergence can be re-run in fp32: a tie settles there; one where the check found no ties is a bug

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from app.baseline import BaselineStore, grid_estimate
 from app.views.report.files import load_result, save_result
 from engine.chat_engine import ChatEngine
+from engine.surface import EngineSurface
 from engine.errors import EngineError
 from engine.lab.grid import ADAPTIVE, ExperimentGrid, parse_ks, parse_names, parse_temperatures
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -73,7 +74,7 @@ def stop_on_signals() -> threading.Event:
     return cancel
 
 
-def run(engine: ChatEngine, grid: ExperimentGrid, doctor: bool) -> dict:
+def run(engine: EngineSurface, grid: ExperimentGrid, doctor: bool) -> dict:
     cancel = stop_on_signals()
     report = engine.pair_doctor(grid.sets, 24, cancel) if doctor else None
     result = None

@@ -17,7 +17,9 @@ from engine.cache.cached_chat import chat_scope
 from engine.cache.embedder import load_default_embedder
 from engine.cache.semantic_cache import SemanticCache
 from engine.chat_engine import ChatEngine
+from engine.surface import EngineSurface
 from engine.config import CACHE_OFF, DEFAULT_SPEC, CacheConfig, SamplingConfig, SpecConfig
+from engine.errors import NoPairError
 from engine.events import CacheEvent, DoneEvent
 
 PRIMER_TOKENS = 2
@@ -27,7 +29,7 @@ PRIMER_TOKENS = 2
 class ModeCall:
     """One run of a mode: the request, and the state it starts from (``warm``: the mode's own state already holds
     the prompt, as a chat's next turn finds it; else the state a new request finds)."""
-    engine: ChatEngine
+    engine: EngineSurface
     messages: list[dict]
     sampling: SamplingConfig
     spec: SpecConfig
@@ -87,15 +89,18 @@ def decode_rate(new_tokens: int, seconds: float, ttft_s: float | None) -> float 
     return (new_tokens - 1) / (seconds - ttft_s)
 
 
-def forget_prompts(engine: ChatEngine, memory: bool = True) -> None:
+def forget_prompts(engine: EngineSurface, memory: bool = True) -> None:
     """The state a new request finds: no pooled llama.cpp context holds a prompt (a torch runner starts empty
     anyway), so no mode resumes a prefill that another mode paid for, and (``memory``) no earlier answer is
     remembered."""
     if memory:
         engine.memory_clear()
-    pair = engine.slot.pair
-    for loaded in pair.models if pair else ():
-        getattr(loaded.backend, "forget_prompts", lambda: None)()
+    try:
+        models = (engine.target, engine.draft)
+    except NoPairError:
+        models = ()
+    for backend in {id(m.backend): m.backend for m in models}.values():  # a pair of one model has one pool
+        getattr(backend, "forget_prompts", lambda: None)()
 
 
 def run_target(call: ModeCall) -> dict:

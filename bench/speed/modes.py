@@ -40,11 +40,12 @@ from bench.speed.summary import format_table, summarize  # noqa: F401 (the bench
 from bench.cli import arguments_checked, read_jsonl
 from bench.peer.modes import PEER_MODES, start_peers
 from engine.chat_engine import ChatEngine
+from engine.surface import EngineSurface
 
 WARMUP_PROMPT = "Say hello."
 
 
-def run_bench(engine: ChatEngine, prompts: list[dict], modes: list[str], spec: SpecConfig,
+def run_bench(engine: EngineSurface, prompts: list[dict], modes: list[str], spec: SpecConfig,
               max_new_tokens: int, runners: dict[str, Callable] | None = None, temperature: float = 0.0,
               seed: int = 0, *, repeats: int = 1, warm: bool = False) -> dict:
     """``runners`` adds modes to MODES (the llama-server peers). Prompt i samples with ``seed + i``. Each prompt runs

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 
 from bench.cli import arguments_checked, read_jsonl
 from engine.chat_engine import ChatEngine
+from engine.surface import EngineSurface
 from engine.config import CACHE_OFF, DEFAULT_SPEC, SamplingConfig, check_precision
 from engine.events import final_done
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
@@ -69,7 +70,7 @@ def forward_clock(*backends):
         yield total
 
 
-def measure(engine: ChatEngine, prompts: list[str], modes: list[str], max_new_tokens: int) -> list[Overhead]:
+def measure(engine: EngineSurface, prompts: list[str], modes: list[str], max_new_tokens: int) -> list[Overhead]:
     sampling = SamplingConfig(max_new_tokens=max_new_tokens)
     runs = {"target": lambda m: engine.generate_reference(m, sampling),
             "default": lambda m: engine.generate(m, sampling, DEFAULT_SPEC, cache=CACHE_OFF)}

@@ -12,7 +12,7 @@ from tests.helpers.fakes import SCRIPT, FakeEngine
 def test_the_speed_is_the_engines_and_a_quiet_one_is_remembered(tmp_path):
     engine = FakeEngine([])
     ctx = AppContext(engine, BaselineStore(tmp_path / "b.json"))
-    record = ctx.baseline()
+    record = ctx.speed(ctx.pair())
     assert record["tokens_per_s"] == pytest.approx(8.0) and record["decode_tokens_per_s"] == pytest.approx(10.0)
     assert not record["flagged"] and SCRIPT in record["how"]  # the views escape it
     assert json.loads((tmp_path / "b.json").read_text())[baseline_key(engine.info())] == record
@@ -22,12 +22,12 @@ def test_no_speed_while_measuring_and_a_busy_one_is_not_remembered(tmp_path):
     engine = FakeEngine([])
     engine.measuring = True
     ctx = AppContext(engine, BaselineStore(tmp_path / "b.json"))
-    assert ctx.baseline() is None
+    assert ctx.speed(ctx.pair()) is None
     engine.measuring = False
     engine.info = lambda: FakeEngine.info(engine).__class__(**{**FakeEngine.info(engine).__dict__,
                                                              "checks_note": "measured on a busy machine (x)",
                                                              "checks_flagged": True})
-    assert ctx.baseline()["flagged"] and not (tmp_path / "b.json").exists()  # not kept as the truth
+    assert ctx.speed(ctx.pair())["flagged"] and not (tmp_path / "b.json").exists()  # not kept as the truth
     assert ctx.baselines.get(baseline_key(engine.info()))["flagged"]  # but the grid estimate may use it, flagged
 
 

@@ -30,7 +30,7 @@ def test_context_hides_only_the_no_pair_error():
         def info(self):
             raise NoPairError("none")
 
-    assert AppContext(Empty()).pair() is None and AppContext(Empty()).baseline() is None
+    assert AppContext(Empty()).pair() is None and AppContext(Empty()).speed(None) is None
     with pytest.raises(KeyError):
         AppContext(Broken()).pair()
 

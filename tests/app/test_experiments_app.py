@@ -30,7 +30,7 @@ def lab_context(tmp_path, measured: bool = True) -> AppContext:
     engine = FakeEngine([])
     engine.measuring = not measured
     ctx = AppContext(engine, BaselineStore(tmp_path / "b.json"))
-    ctx.baseline()
+    ctx.speed(ctx.pair())
     return ctx
 
 
@@ -109,7 +109,7 @@ def test_the_csv_defuses_formulas_and_keeps_numbers_numbers(tmp_path):
 
 def test_a_short_grid_starts_at_once_with_its_estimate(tmp_path):
     ctx = lab_context(tmp_path)
-    grid, speed = read_grid(TAB, form()), ctx.baseline()["tokens_per_s"]
+    grid, speed = read_grid(TAB, form()), ctx.speed(ctx.pair())["tokens_per_s"]
     assert estimated_seconds(grid, speed) <= CONFIRM_ABOVE_S
     updates = list(run_experiment(ctx, TAB, form(), "s6"))
     assert f"Starting: about {duration(estimated_seconds(grid, speed))}" in updates[0]["progress"]
@@ -123,7 +123,7 @@ def test_a_long_grid_says_how_long_and_runs_on_the_second_press(tmp_path):
     ctx = lab_context(tmp_path)
     long = form(tokens=512)
     grid = read_grid(TAB, long)
-    seconds = estimated_seconds(grid, ctx.baseline()["tokens_per_s"])
+    seconds = estimated_seconds(grid, ctx.speed(ctx.pair())["tokens_per_s"])
     assert seconds > CONFIRM_ABOVE_S
     first = list(run_experiment(ctx, TAB, long, "s7"))
     assert len(first) == 1 and first[0]["run"]["value"] == RUN_ANYWAY

@@ -1,4 +1,5 @@
 """app/tabs/chat.py: the chat's handlers on a fake engine: an answer streamed, an error shown, Stop, a closed tab."""
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -28,6 +29,24 @@ def test_stream_answer_renders_tokens_stats_and_history(tmp_path):
     assert last["history"][-1] == {"role": "assistant", "content": "ab"}
     assert "done (eos)" in updates[-1]["stats"] and last["live"] == "" and last["pending"] is None
     assert ctx.engine.calls[0]["cache"] == CacheConfig("verify", UISettings().cache_threshold)
+
+
+def test_an_answer_reads_the_pair_once_and_its_meter_and_trace_are_of_that_pair(tmp_path):
+    """The pair is read once per answer: the meter's target-only speed and the trace's pair are that one value, though
+    the engine's figures change while the answer streams (here: they come in after the first read)."""
+    class Counting(FakeEngine):
+        reads = 0
+
+        def info(self):
+            Counting.reads += 1
+            pair = FakeEngine.info(self)
+            return pair if Counting.reads == 1 else replace(pair, target="another", target_speed=None)
+
+    ctx = AppContext(Counting([CacheEvent("miss"), tok("a"), stats(), done()]), BaselineStore(tmp_path / "b.json"))
+    updates = list(stream_answer(ctx, TAB, history=[], shown=[], prompt="hi", settings=UISettings(), session="s1"))
+    assert Counting.reads == 1
+    assert updates[-1]["pending"]["trace"]["pair"]["target"] == "t"
+    assert "10.0 tok/s" in updates[-1]["stats"]  # the meter divides by the speed that pair measured
 
 
 def test_stream_answer_shows_engine_errors_and_changes_nothing(tmp_path):
@@ -97,6 +116,29 @@ def test_a_fast_answer_is_drawn_in_few_frames_and_the_last_shows_every_token(tmp
     assert sum("pending" in u for u in updates) == 1 and "pending" in updates[-1]
     joined = join_answer(TAB, updates[-1]["pending"])
     assert "w199" in joined["chatbot"][-1]["content"] and joined["live"] == ""  # then it joins the chat
+
+
+def test_the_panel_redraws_at_its_own_slower_pace_and_its_last_frame_is_the_answers(tmp_path, monkeypatch):
+    """A step every frame for 4 seconds: the live box redraws at each (5 a second), the statistics panel once a
+    second (PANEL_S), and the last update holds the finished panel."""
+    from app.tabs import chat
+
+    now = [1000.0]
+    monkeypatch.setattr(chat, "Frames", lambda period=chat.FRAME_S, real=chat.Frames: real(period, lambda: now[0]))
+
+    def steps():  # the engine: a step per frame, the clock moving on between them
+        yield CacheEvent("miss")
+        for i in range(20):
+            yield tok(f"w{i} ")
+            yield stats()
+            now[0] += chat.FRAME_S
+        yield done()
+
+    ctx = AppContext(FakeEngine(steps()), BaselineStore(tmp_path / "b.json"))
+    updates = list(stream_answer(ctx, TAB, history=[], shown=[], prompt="hi", settings=UISettings(), session="s1"))
+    live, panel = sum("live" in u for u in updates), sum("stats" in u for u in updates)
+    assert live >= 20 and panel <= 6
+    assert "done (eos)" in updates[-1]["stats"]
 
 
 def test_a_frame_never_carries_the_chat_and_its_size_does_not_grow_with_the_conversation(tmp_path):

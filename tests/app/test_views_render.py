@@ -1,4 +1,6 @@
 """app/views/render.py: each token as an escaped, classed span with its tooltip; the legend, errors, the answer."""
+from dataclasses import replace
+
 import pytest
 
 from app.tabs.pair import pair_status_html
@@ -7,7 +9,7 @@ from app.views.render import (error_html, error_message, legend_html, render_ans
 from engine.errors import EmptyPromptError
 from engine.events import TOKEN_KINDS, CacheEvent
 from engine.surface import PairInfo
-from tests.helpers.fakes import IMG, SCRIPT, assert_inert, tok
+from tests.helpers.fakes import IMG, SCRIPT, FakeEngine, assert_inert, tok
 
 
 @pytest.mark.parametrize("evil", [SCRIPT, IMG])
@@ -41,6 +43,13 @@ def test_the_pair_line_says_the_measured_identity_and_the_runner():
                                      identity_note="identical up to rounding ties (max drift 9.1 steps): "
                                                    "25/106 rows equal"))
     assert "llama.cpp 2 threads" in html and "max drift 9.1 steps" in html and "identity-note" in html
+
+
+def test_the_pair_line_says_the_speed_the_pair_itself_measured():
+    """One source for the pair's speed: the line reads the target-only speed from the pair it shows, nothing else."""
+    pair = FakeEngine([]).info()
+    assert "target-only 10.0 tok/s decoding, 8.0 end to end" in pair_status_html(pair)
+    assert "target-only" not in pair_status_html(replace(pair, target_speed=None))
 
 
 def test_title_quotes_cannot_break_out_of_the_attribute():

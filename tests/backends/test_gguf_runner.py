@@ -15,7 +15,7 @@ from engine.config import SamplingConfig, SpecConfig
 from engine.backends.llama_cpp_runner import LlamaCppRunner
 from engine.decode.stream import TokenStream
 from engine.divergence import first_divergence
-from engine.errors import InvalidSettingError
+from engine.errors import InvalidSettingError, NoPairError
 from engine.models import loading, sources
 from engine.models.auto import plan_precisions
 from engine.models.loading import load_model, runner_for
@@ -234,7 +234,18 @@ def test_forgetting_the_pools_prompts_gives_the_next_runner_an_empty_context(smo
     assert fresh.tokens == [] and fresh.cache_len() == 0
     del fresh
     gc.collect()
-    forget_prompts(SimpleNamespace(slot=SimpleNamespace(pair=None), memory_clear=lambda: None))  # no pair: nothing
+
+    class NoPair:  # an engine with no pair loaded: its models are asked for and there are none
+        @property
+        def target(self):
+            raise NoPairError("no pair is loaded")
+
+        draft = target
+
+        def memory_clear(self):
+            pass
+
+    forget_prompts(NoPair())  # no pair: nothing to forget, no error
 
 
 class _PinnedFreeSpans(FixedK):

@@ -72,7 +72,8 @@ def test_a_warm_run_primes_the_mode_with_the_prompt_first_and_a_fresh_one_forget
     on the same messages with a short answer (the primer), and times the second call."""
     calls, forgotten, memory = [], [], []
     backend = SimpleNamespace(forget_prompts=lambda: forgotten.append(len(calls)))
-    engine = SimpleNamespace(slot=SimpleNamespace(pair=SimpleNamespace(models=[SimpleNamespace(backend=backend)])),
+    model = SimpleNamespace(backend=backend)
+    engine = SimpleNamespace(target=model, draft=model,
                              memory_clear=lambda: memory.append(len(calls)))
 
     def runner(call):
@@ -92,7 +93,8 @@ def test_a_related_item_runs_its_history_first_untimed_and_only_the_memory_of_it
     prompts are emptied but not the memory, and the second request is timed; a peer with state starts anew first."""
     calls, memory, restarted = [], [], []
     backend = SimpleNamespace(forget_prompts=lambda: calls.append("forget prompts"))
-    engine = SimpleNamespace(slot=SimpleNamespace(pair=SimpleNamespace(models=[SimpleNamespace(backend=backend)])),
+    model = SimpleNamespace(backend=backend)
+    engine = SimpleNamespace(target=model, draft=model,
                              memory_clear=lambda: calls.append("forget memory"))
 
     def runner(call):

@@ -125,6 +125,22 @@ class FakeEngine:
                            "verify_note": f"verify widths: {SCRIPT} default identical",
                            "target_speed": FAKE_SPEED, "checks_note": "measured 2026-01-01 00:00 while it was quiet"})
 
+    def use_models(self, target, draft):
+        self.calls.append(dict(use_models=(target, draft)))
+
+    @property
+    def target(self):
+        """A fake replays events: it holds no model."""
+        return None
+
+    @property
+    def draft(self):
+        return None
+
+    def encode(self, messages):
+        """A token per character of the messages' contents (the chat template left out)."""
+        return [ord(c) for m in messages for c in m["content"]]
+
     def remeasure(self):
         self.calls.append(dict(remeasure=True))
         return self.info()

@@ -1,14 +1,16 @@
 """Which runner settings keep a verify row the same as the token fed alone, on this machine, and at what speed.
 
     python -m bench.speed.identity [--model NAME] [--precision gguf] [--widths 2-17]
-                                   [--positions 24,256,1024,4096] [--json OUT]
+                                   [--positions 24,256,1024,4096] [--cost-contexts 24] [--json OUT]
 
 The load-time check (engine/decode/identity.py) on one model, per setting: for ``gguf``, each of
 ``GGUF_SETTINGS`` (flash attention, weight repacking, the KV cache's K and V types; each a fresh load of the
 file); for a torch precision, the one way it loads. Prints per setting the rows equal out of rows compared at
 each width and position, the largest drift (rounding steps of the top logit), the median milliseconds of a
 one-token forward and t(n), a forward of n tokens in one-token forwards, so a bit-identical setting can be
-weighed against a faster one.
+weighed against a faster one. The costs are timed after ``--cost-contexts`` cached tokens, the first in the
+main table and each further one in a table of its own: attention's share grows with the context, and the KV
+cache's types change which of ggml's flash-attention paths it takes (docs/bench.md, "The KV cache's types at depth").
 """
 from __future__ import annotations
 
@@ -45,13 +47,13 @@ def parse_widths(text: str) -> tuple[int, ...]:
     return tuple(sorted(set(widths)))
 
 
-def parse_positions(text: str) -> tuple[int, ...]:
+def parse_positions(text: str, flag: str = "--positions") -> tuple[int, ...]:
     try:
         positions = tuple(int(p) for p in text.split(",") if p.strip())
     except ValueError:
         positions = ()
     if not positions or min(positions) < 1:
-        raise ValueError(f"--positions takes whole numbers >= 1 (e.g. 24,256), not {text!r}")
+        raise ValueError(f"{flag} takes whole numbers >= 1 (e.g. 24,256), not {text!r}")
     return positions
 
 
@@ -60,7 +62,8 @@ def setting_label(setting: tuple[bool, bool, str, str]) -> str:
     return f"flash {'on' if flash else 'off'}, repack {'on' if repack else 'off'}, K {cache_k} V {cache_v}"
 
 
-def measure_settings(model: str, precision: str, widths: tuple[int, ...], positions: tuple[int, ...]) -> list[dict]:
+def measure_settings(model: str, precision: str, widths: tuple[int, ...], positions: tuple[int, ...],
+                     cost_contexts: tuple[int, ...] = (SHORT_POSITION,)) -> list[dict]:
     ids = template_ids(load_tokenizer(model), [{"role": "user", "content": IDENTITY_PROMPT}])
     rows = []
     settings = GGUF_SETTINGS if precision == "gguf" else [None]
@@ -79,12 +82,16 @@ def measure_settings(model: str, precision: str, widths: tuple[int, ...], positi
                                                             cache_v=cache_v))
             runner, label = gguf.runner(loaded.vocab_size), setting_label(setting)
         check = measure_identity(runner, ids, precision, widths, positions)
-        costs = {n: s * 1e3 for n, s in forward_costs(runner, SHORT_POSITION, [1, *COST_WIDTHS], repeats=5).items()}
+        by_context = {}
+        for context in cost_contexts:
+            costs = {n: s * 1e3 for n, s in forward_costs(runner, context, [1, *COST_WIDTHS], repeats=5).items()}
+            by_context[context] = {"single_token_ms": costs[1], "t_n": {n: costs[n] / costs[1] for n in COST_WIDTHS}}
         runner.reset()
+        first = by_context[cost_contexts[0]]
         rows.append({"setting": label, "rows_equal": check.rows_equal, "rows": check.rows,
                      "max_drift_steps": check.max_drift_steps, "identical": check.identical,
-                     "first_unequal": check.first_unequal, "single_token_ms": costs[1],
-                     "t_n": {n: costs[n] / costs[1] for n in COST_WIDTHS},
+                     "first_unequal": check.first_unequal, "single_token_ms": first["single_token_ms"],
+                     "t_n": first["t_n"], "costs_by_context": by_context,
                      "unequal_widths": [f"{pos}/{width}" for pos, width in check.unequal],
                      "equal_by_position": check.equal_by_position})
         del runner
@@ -94,10 +101,12 @@ def measure_settings(model: str, precision: str, widths: tuple[int, ...], positi
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.speed.identity", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_TARGET)
-    parser.add_argument("--precision", default="gguf", help="gguf (all four llama.cpp settings) or a torch precision")
+    parser.add_argument("--precision", default="gguf", help="gguf (each of llama.cpp's settings) or a torch precision")
     parser.add_argument("--widths", default="2-17", help="verify widths, e.g. 2-17 or 2,3,5")
     parser.add_argument("--positions", default=f"{SHORT_POSITION},{LONG_POSITION},1024,4096",
                         help="tokens of the prompt in the cache before each verify")
+    parser.add_argument("--cost-contexts", default=str(SHORT_POSITION),
+                        help="tokens in the cache before each timed forward, e.g. 24,3072")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
     with arguments_checked(parser):
@@ -105,8 +114,16 @@ def main(argv: list[str] | None = None) -> None:
         check_source(args.model)
         widths = parse_widths(args.widths)
         positions = parse_positions(args.positions)
+        cost_contexts = parse_positions(args.cost_contexts, "--cost-contexts")
+        from engine.backends.llama_cpp import GgufSettings
+        n_ctx = GgufSettings().n_ctx
+        room = n_ctx - max(COST_WIDTHS)  # the app's context size, less the widest timed forward
+        if max(cost_contexts) > room:
+            raise ValueError(f"--cost-contexts takes contexts up to {room} tokens (the app's {n_ctx}-token "
+                             f"contexts, less {max(COST_WIDTHS)}), not {args.cost_contexts!r}")
     quiet_library_logs()
-    rows = measure_settings(args.model, args.precision, widths, positions)
+    rows = measure_settings(args.model, args.precision, widths, positions, cost_contexts)
+    print(f"costs after {cost_contexts[0]} cached tokens")
     print(f"{'setting':<38} {'rows equal':>12} {'by position':<24} {'max drift':>9} {'1-token ms':>10} "
           + " ".join(f"{f't({n})':>5}" for n in COST_WIDTHS) + "  unequal (position/width)")
     for r in rows:
@@ -118,9 +135,18 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{r['setting']:<38} {r['rows_equal']:>5}/{r['rows']:<6} {by_position:<24} {r['max_drift_steps']:>9.1f} "
               f"{r['single_token_ms']:>10.1f} " + " ".join(f"{r['t_n'][n]:>5.2f}" for n in COST_WIDTHS)
               + f"  {unequal}")
+    for context in cost_contexts[1:]:
+        print(f"\ncosts after {context} cached tokens")
+        print(f"{'setting':<38} {'1-token ms':>10} " + " ".join(f"{f't({n})':>5}" for n in COST_WIDTHS))
+        for r in rows:
+            if "skipped" not in r:
+                cost = r["costs_by_context"][context]
+                print(f"{r['setting']:<38} {cost['single_token_ms']:>10.1f} "
+                      + " ".join(f"{cost['t_n'][n]:>5.2f}" for n in COST_WIDTHS))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"model": args.model, "widths": widths, "positions": positions, "rows": rows}, f, indent=1)
+            json.dump({"model": args.model, "widths": widths, "positions": positions, "cost_contexts": cost_contexts,
+                       "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

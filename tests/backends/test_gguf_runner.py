@@ -163,7 +163,8 @@ def test_a_gguf_target_with_a_torch_draft_works(real_models):
 def test_the_identity_bench_measures_each_llama_cpp_setting(tmp_path, capsys):
     from bench.speed.identity import GGUF_SETTINGS, main, setting_label
     out = tmp_path / "identity.json"
-    main(["--model", SMOL, "--precision", "gguf", "--widths", "2-4", "--positions", "8,40", "--json", str(out)])
+    main(["--model", SMOL, "--precision", "gguf", "--widths", "2-4", "--positions", "8,40", "--cost-contexts", "8,300",
+          "--json", str(out)])
     rows = json.loads(out.read_text())["rows"]
     assert [r["setting"] for r in rows] == [setting_label(s) for s in GGUF_SETTINGS]
     assert rows[0]["setting"] == "flash on, repack off, K f16 V bf16"  # the app's default first
@@ -175,8 +176,12 @@ def test_the_identity_bench_measures_each_llama_cpp_setting(tmp_path, capsys):
         assert r["identical"] == (r["rows_equal"] == r["rows"]) and (r["identical"] or r["unequal_widths"])
         assert sum(equal for equal, _ in r["equal_by_position"].values()) == r["rows_equal"]
         assert set(r["t_n"]) == {"2", "4", "8"} and all(t > 0 for t in r["t_n"].values())
+        # each cost context timed on its own; the main table's figures are the first context's
+        assert set(r["costs_by_context"]) == {"8", "300"} and r["costs_by_context"]["8"]["t_n"] == r["t_n"]
+        assert all(c["single_token_ms"] > 0 and set(c["t_n"]) == {"2", "4", "8"} for c in r["costs_by_context"].values())
     printed = capsys.readouterr().out
     assert "flash off, repack off, K f16 V f16" in printed and "rows equal" in printed and "t(8)" in printed
+    assert "costs after 8 cached tokens" in printed and "costs after 300 cached tokens" in printed
 
 
 def test_where_repacked_weights_run_is_probed_apart_and_the_bench_skips_them_where_they_crash(tmp_path, monkeypatch,

@@ -126,6 +126,8 @@ def test_the_identity_bench_measures_a_torch_precision(tmp_path):
 
 
 @pytest.mark.parametrize("args, expected", [(["--widths", "1-3"], "--widths"), (["--positions", "0"], "--positions"),
+                                            (["--cost-contexts", "24,x"], "--cost-contexts"),
+                                            (["--cost-contexts", "9000"], "--cost-contexts"),
                                             (["--precision", "int3"], "unknown precision")])
 def test_the_identity_bench_refuses_bad_arguments(args, expected, capsys):
     from bench.speed.identity import main

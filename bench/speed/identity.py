@@ -10,7 +10,8 @@ each width and position, the largest drift (rounding steps of the top logit), th
 one-token forward and t(n), a forward of n tokens in one-token forwards, so a bit-identical setting can be
 weighed against a faster one. The costs are timed after ``--cost-contexts`` cached tokens, the first in the
 main table and each further one in a table of its own: attention's share grows with the context, and the KV
-cache's types change which of ggml's flash-attention paths it takes (docs/bench.md, "The KV cache's types at depth").
+cache's types change which of ggml's flash-attention paths it takes (docs/bench.md, "The KV cache's types and
+repacked weights at depth").
 """
 from __future__ import annotations
 

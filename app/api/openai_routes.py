@@ -28,6 +28,7 @@ from app.api.openai_format import (Answer, ApiError, Piece, Release, chunk_body,
 from app.api.openai_request import (ChatCompletionRequest, check_request, engine_messages, memory_scope, prediction_text,
                                     sampling_of, stop_strings)
 from app.api.page_head import PageHead
+from app.api.queue_pace import pace_queue
 from app.context import AppContext
 from engine.config import DEFAULT_CACHE, DEFAULT_SPEC
 from engine.errors import EngineError
@@ -214,4 +215,5 @@ def create_server(ctx: AppContext, demo: gr.Blocks, api_key: str | None = None, 
     app = gr.mount_gradio_app(app, demo, path="/", auth=auth,
                               auth_message="Log in with any user name and the API key as the password.", **mount_kwargs)
     app.add_middleware(PageHead)  # assets/page.js first in the page, before Gradio's scripts
+    pace_queue(demo._queue)  # its job and progress loops wake 100 and 10 times a second, not 1000 and 100
     return app

@@ -12,6 +12,8 @@ import urllib.request
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import httpx
+
 from bench.peer.server import INSTALL_HINT, LlamaServer, ServerConfig, find_llama_server, free_port
 from bench.speed.mode_runs import decode_rate
 from bench.speed.page_clock import PageClock
@@ -75,20 +77,21 @@ def chromium_pids() -> list[int]:
     return pids
 
 
-def post_json(url: str, body: dict, timeout: float = 600.0) -> dict:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return json.loads(response.read())
+def post_json(client: httpx.Client, url: str, body: dict, timeout: float = 600.0) -> dict:
+    response = client.post(url, json=body, timeout=timeout)
+    response.raise_for_status()
+    return response.json()
 
 
-def stream_sse(url: str, body: dict, timeout: float = 1800.0) -> dict:
-    """POST a streamed OpenAI request; the bench's clock from before the request to each content chunk."""
-    request = urllib.request.Request(url, data=json.dumps({**body, "stream": True}).encode(),
-                                     headers={"Content-Type": "application/json"})
+def stream_sse(client: httpx.Client, url: str, body: dict, timeout: float = 1800.0) -> dict:
+    """POST a streamed OpenAI request; the bench's clock from before the request to each content chunk. ``client``
+    keeps its connections between requests, as the openai package's does (a script's requests after its first
+    reuse one)."""
     began, first, text, usage, timings = time.perf_counter(), None, [], None, None
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        for raw in response:
-            line = raw.decode().strip()
+    with client.stream("POST", url, json={**body, "stream": True}, timeout=timeout) as response:
+        response.raise_for_status()
+        for raw in response.iter_lines():
+            line = raw.strip()
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[len("data: "):])
@@ -191,6 +194,7 @@ class Paths:
         self.modes, self.max_new_tokens = modes, args.max_new_tokens
         pair = ["--target", args.target, "--draft", args.draft]
         self.url, self.app_pid = stack.enter_context(launched_app(Path(args.app_dir), args.cache_dir, pair))
+        self.client = stack.enter_context(httpx.Client())  # the text paths' client: one kept connection per server
         self.browser = Browser(stack, self.url, args.max_new_tokens) if "browser" in modes else None
         self.floor = None
         if "floor" in modes:
@@ -223,7 +227,7 @@ class Paths:
             return
         messages = [*history, {"role": "user", "content": PRIME}]
         if mode == "v1":
-            post_json(self.url + "/v1/chat/completions", {"messages": messages, "max_tokens": 1, "temperature": 0,
+            post_json(self.client, self.url + "/v1/chat/completions", {"messages": messages, "max_tokens": 1, "temperature": 0,
                                                           "user": V1_USER})
         elif mode == "engine":
             from engine.config import CACHE_OFF, DEFAULT_SPEC, SamplingConfig
@@ -231,7 +235,7 @@ class Paths:
             for _ in self.engine.generate(messages, SamplingConfig(max_new_tokens=1), DEFAULT_SPEC, cache=CACHE_OFF):
                 pass
         else:
-            post_json(self.peer.url + "/v1/completions", {"prompt": self.engine.encode(messages), "max_tokens": 1,
+            post_json(self.client, self.peer.url + "/v1/completions", {"prompt": self.engine.encode(messages), "max_tokens": 1,
                                                           "temperature": 0, "cache_prompt": True})
 
     def run(self, mode: str, messages: list[dict], profile: bool = False) -> dict:
@@ -240,13 +244,13 @@ class Paths:
         if mode == "browser":
             run = self.browser.ask(messages[-1]["content"], profile)
         elif mode == "v1":
-            run = stream_sse(self.url + "/v1/chat/completions",
+            run = stream_sse(self.client, self.url + "/v1/chat/completions",
                              {"messages": messages, "max_tokens": self.max_new_tokens, "temperature": 0,
                               "user": V1_USER, "stream_options": {"include_usage": True}})
         elif mode == "engine":
             run = self._engine_run(messages)
         else:
-            run = stream_sse(self.peer.url + "/v1/completions",
+            run = stream_sse(self.client, self.peer.url + "/v1/completions",
                              {"prompt": self.engine.encode(messages), "max_tokens": self.max_new_tokens,
                               "temperature": 0, "top_k": 1, "cache_prompt": True})
         if mode in ("browser", "v1"):

@@ -1,10 +1,11 @@
 """Gradio's queue, paced for a machine the model decodes on.
 
 Gradio 6.31's queue looks for a job to start every millisecond while it has a free worker, and for progress to send
-every 10 ms while a job runs (``gradio.queueing.Queue``: ``sleep_when_free`` 0.001 s, ``progress_update_sleep_when_free``
-0.01 s off Windows): an idle app took 2.4% of a core on 2 Zen 5 cores, all of it those wake-ups, and they go on while
-an answer decodes, on the cores llama.cpp's threads wait on each other across. Paced, a job starts within
-``JOB_POLL_S`` of its request and a progress bar moves ``1 / PROGRESS_POLL_S`` times a second; the idle app takes 0.2%.
+every 10 ms while a job runs (``gradio.queueing.Queue``: ``sleep_when_free`` 0.001 s,
+``progress_update_sleep_when_free`` 0.01 s off Windows): an idle app took 2.3% of a core on 2 Zen 5 cores, nearly all
+of it those wake-ups, and they go on while an answer decodes, on the cores llama.cpp's threads wait on each other
+across. Paced, a job starts within ``JOB_POLL_S`` of its request and a progress bar moves ``1 / PROGRESS_POLL_S`` times
+a second; the idle app takes 0.5% (docs/bench.md).
 """
 from __future__ import annotations
 

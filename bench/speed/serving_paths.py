@@ -227,16 +227,16 @@ class Paths:
             return
         messages = [*history, {"role": "user", "content": PRIME}]
         if mode == "v1":
-            post_json(self.client, self.url + "/v1/chat/completions", {"messages": messages, "max_tokens": 1, "temperature": 0,
-                                                          "user": V1_USER})
+            post_json(self.client, self.url + "/v1/chat/completions",
+                      {"messages": messages, "max_tokens": 1, "temperature": 0, "user": V1_USER})
         elif mode == "engine":
             from engine.config import CACHE_OFF, DEFAULT_SPEC, SamplingConfig
 
             for _ in self.engine.generate(messages, SamplingConfig(max_new_tokens=1), DEFAULT_SPEC, cache=CACHE_OFF):
                 pass
         else:
-            post_json(self.client, self.peer.url + "/v1/completions", {"prompt": self.engine.encode(messages), "max_tokens": 1,
-                                                          "temperature": 0, "cache_prompt": True})
+            post_json(self.client, self.peer.url + "/v1/completions",
+                      {"prompt": self.engine.encode(messages), "max_tokens": 1, "temperature": 0, "cache_prompt": True})
 
     def run(self, mode: str, messages: list[dict], profile: bool = False) -> dict:
         app_cpu, chromium = cpu_seconds([self.app_pid]), chromium_pids()

@@ -50,7 +50,8 @@ def create(pair: PairInfo | None) -> PairPanel:
         remeasure = gr.Button("Re-measure", elem_id="remeasure", scale=1, min_width=90)
     verify = gr.Radio(list(VERIFY_MODES), value=(pair.verify_mode or None) if pair else None, label="Verify widths",
                       info="identical: an adaptive k keeps to the widest verify measured bit-identical; fastest: "
-                           "up to k 16 (each priced on the pair line)", elem_id="verify-mode")
+                           "up to k 16, and a llama.cpp target runs with llama-server's settings (repacked weights, "
+                           "f16 KV cache: identical up to ties, measured on the pair line)", elem_id="verify-mode")
     status = gr.HTML(elem_id="pair-status")
     poll = gr.Timer(POLL_S, active=bool(pair and pair.measuring))
     return PairPanel(target=target_box, target_precision=target_prec, draft=draft_box, draft_precision=draft_prec,
@@ -137,7 +138,7 @@ def make_pair_handlers(ctx: AppContext, panel: PairPanel, error_box, stats) -> d
         except EngineError as err:  # a pair with no choice, or an unknown mode: the pair stays as it was
             toast.warn(error_message(err))
             return {error_box: error_html(error_message(err)), panel.status: pair_status_html(ctx.pair())}
-        return {panel.status: pair_status_html(info), error_box: error_html(None)}
+        return {**shown(info), error_box: error_html(None)}  # a switch of runner is measured: the line polls
 
     return dict(load=load, remeasure=remeasure, verify=verify, poll=poll)
 
@@ -151,4 +152,5 @@ def wire(ctx: AppContext, panel: PairPanel, error_box, stats) -> None:
     # not on the engine queue: a redraw reads the pair, and must not wait behind an answer
     panel.poll.tick(h["poll"], None, [panel.status, panel.verify, panel.poll], api_visibility="private",
                     **UNTRACKED)
-    panel.verify.input(h["verify"], [panel.verify], [panel.status, error_box], api_name="set_verify_mode", **ENGINE)
+    panel.verify.input(h["verify"], [panel.verify], [panel.status, error_box, panel.verify, panel.poll],
+                       api_name="set_verify_mode", **ENGINE)

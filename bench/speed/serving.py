@@ -2,8 +2,8 @@
 
 python -m bench.speed.serving --prompts bench/prompts/eval.jsonl [--max-new-tokens 96]
                               [--modes browser,v1,engine,llama-server,floor] [--target NAME] [--draft NAME]
-                              [--app-dir DIR] [--cache-dir DIR] [--llama-server PATH] [--threads N] [--json OUT]
-                              [--profile DIR]
+                              [--app-dir DIR] [--cache-dir DIR] [--llama-server PATH] [--threads N]
+                              [--verify-mode identical|fastest] [--json OUT] [--profile DIR]
 
 One conversation: every prompt of the file is sent after the ones before it, with their answers as its history,
 to four paths, in an order rotated per prompt:
@@ -45,6 +45,7 @@ from tqdm.auto import tqdm
 from bench.cli import arguments_checked, read_jsonl
 from bench.speed.page_clock import PAGE_METRICS, profile_top
 from bench.speed.serving_paths import CHROMIUM, Paths
+from engine.config import VERIFY_MODES
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -188,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cache-dir", default=None, help="the app's --cache-dir (default: the app's default)")
     parser.add_argument("--llama-server", default=None, help="llama-server binary (default: PATH, then the peer extra)")
     parser.add_argument("--threads", type=int, default=None, help="llama-server's threads (default: the engine's)")
+    parser.add_argument("--verify-mode", choices=VERIFY_MODES, default=None,
+                        help="the app's and the engine's verify mode, as the model panel sets it (fastest also runs a "
+                             "llama.cpp target with llama-server's settings; default: the one measured at load)")
     parser.add_argument("--json", help="write the runs and the summary here")
     parser.add_argument("--profile", metavar="DIR", help="write the pages' JavaScript CPU profiles of the first and the "
                                                          "last answer here (.cpuprofile) and keep their top functions")
@@ -211,7 +215,9 @@ def main(argv: list[str] | None = None) -> None:
             raise ValueError(f"mode browser needs Debian's Chromium at {CHROMIUM} (apt-get install chromium)")
     with ExitStack() as stack:
         paths = Paths(stack, args, modes)
-        print(f"[serving] {os.cpu_count()} cores; app {paths.url}; modes {', '.join(modes)}", flush=True)
+        info = paths.engine.info()
+        print(f"[serving] {os.cpu_count()} cores; app {paths.url}; modes {', '.join(modes)}; verify mode "
+              f"{info.verify_mode or '(no choice)'}; target: {info.runner}", flush=True)
         profile_dir = None
         if args.profile:
             profile_dir = Path(args.profile)
@@ -222,7 +228,8 @@ def main(argv: list[str] | None = None) -> None:
     print(format_page_costs(runs))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"runs": runs, "summary": summary}, indent=1))
+        setup = {"verify_mode": info.verify_mode, "target_runner": info.runner}
+        Path(args.json).write_text(json.dumps({"runs": runs, "summary": summary, "setup": setup}, indent=1))
 
 
 if __name__ == "__main__":

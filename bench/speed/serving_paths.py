@@ -108,10 +108,31 @@ def stream_sse(client: httpx.Client, url: str, body: dict, timeout: float = 1800
             "decode_tokens_per_s": decode_rate(tokens, seconds, first)}
 
 
+def app_identity(url: str) -> dict:
+    """The target's ``x_identity`` on the app's ``/v1/models``: its figures' state, the verify mode and its note."""
+    with urllib.request.urlopen(url + "/v1/models", timeout=2) as response:
+        return json.loads(response.read())["data"][0].get("x_identity") or {}
+
+
+def wait_measured(url: str, proc: subprocess.Popen, log: str, what: str) -> None:
+    """Until the app serves with its figures in (nothing measures beside the bench), or exit saying ``what``."""
+    deadline = time.monotonic() + STARTUP_S
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            if not app_identity(url).get("measuring"):
+                return
+        except OSError:
+            pass
+        time.sleep(1)
+    sys.exit(f"launch.py exited with {proc.returncode}: see {log}" if proc.poll() is not None else
+             f"launch.py did not {what} within {STARTUP_S} s: see {log}")
+
+
 @contextmanager
-def launched_app(app_dir: Path, cache_dir: str | None, pair: list[str], semantic_cache: bool = False):
+def launched_app(app_dir: Path, cache_dir: str | None, pair: list[str], semantic_cache: bool = False,
+                 verify_mode: str | None = None):
     """``launch.py --no-browser`` (``--no-semantic-cache`` unless ``semantic_cache``) from ``app_dir`` on a free port
-    with the ``pair`` options, once its figures are in; yields (url, pid)."""
+    with the ``pair`` options, once its figures are in (with ``verify_mode``: once in that mode); yields (url, pid)."""
     port = free_port()
     command = [sys.executable, "launch.py", "--no-browser", *([] if semantic_cache else ["--no-semantic-cache"]),
                "--port", str(port), *pair]
@@ -121,20 +142,14 @@ def launched_app(app_dir: Path, cache_dir: str | None, pair: list[str], semantic
     proc = subprocess.Popen(command, cwd=app_dir, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            if proc.poll() is not None:
-                sys.exit(f"launch.py exited with {proc.returncode}: see {log.name}")
-            try:
-                with urllib.request.urlopen(url + "/v1/models", timeout=2) as response:
-                    identity = json.loads(response.read())["data"][0].get("x_identity") or {}
-                if not identity.get("measuring"):  # its figures are in: nothing measures beside the bench
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                sys.exit(f"launch.py did not serve with its figures within {STARTUP_S} s: see {log.name}")
-            time.sleep(1)
+        wait_measured(url, proc, log.name, "serve with its figures")
+        if verify_mode:  # the model panel's choice, through Gradio's API as the panel makes it; then its figures
+            from gradio_client import Client
+
+            Client(url, verbose=False).predict(verify_mode, api_name="/set_verify_mode")
+            wait_measured(url, proc, log.name, f"measure its figures in verify mode {verify_mode}")
+            if (identity := app_identity(url)).get("verify_mode") != verify_mode:
+                sys.exit(f"the app did not switch to verify mode {verify_mode} (it has no such choice): {identity}")
         yield url, proc.pid
     finally:
         proc.terminate()
@@ -193,7 +208,8 @@ class Paths:
     def __init__(self, stack: ExitStack, args, modes: list[str]):
         self.modes, self.max_new_tokens = modes, args.max_new_tokens
         pair = ["--target", args.target, "--draft", args.draft]
-        self.url, self.app_pid = stack.enter_context(launched_app(Path(args.app_dir), args.cache_dir, pair))
+        self.url, self.app_pid = stack.enter_context(launched_app(Path(args.app_dir), args.cache_dir, pair,
+                                                                  verify_mode=args.verify_mode))
         self.client = stack.enter_context(httpx.Client())  # the text paths' client: one kept connection per server
         self.browser = Browser(stack, self.url, args.max_new_tokens) if "browser" in modes else None
         self.floor = None
@@ -205,6 +221,8 @@ class Paths:
 
         self.engine = ChatEngine(cache_dir=Path(args.cache_dir) if args.cache_dir else None, measure_beside=False)
         self.engine.load_pair(args.target, args.draft)
+        if args.verify_mode:
+            self.engine.set_verify_mode(args.verify_mode)
         self.peer = None
         if "llama-server" in modes:
             from engine.models.catalog import model_gguf

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -17,7 +17,7 @@ from engine.models.int8_weight import quantize_int8_weight
 from engine.errors import IncompatiblePairError, MissingDependencyError, UnknownModelError
 from engine.precision import precision as record
 from engine.backends.contract import Backend, Runner
-from engine.backends.llama_cpp import GGUF, GgufModel
+from engine.backends.llama_cpp import GGUF, GgufModel, GgufSettings
 from engine.models.gguf_meta import gguf_config, gguf_tokenizer
 from engine.models.sources import gguf_file, gguf_model, resolve_source
 
@@ -158,6 +158,16 @@ def load_gguf(name: str, cache_dir: Path | None = None, auto_precision: bool = F
                        config=gguf_config(path, cache_dir), tokenizer=tokenizer,
                        vocab_size=min(len(tokenizer), gguf.n_vocab), eos_ids=frozenset(eos),
                        context_window=gguf.n_ctx, device=torch.device("cpu"), auto_precision=auto_precision)
+
+
+def with_gguf_settings(loaded: LoadedModel, settings: GgufSettings) -> LoadedModel:
+    """``loaded``'s GGUF file run by llama.cpp with other ``settings`` (repacked weights, the KV cache's types): a new
+    load of the same file; the tokenizer and config are the same objects. ``loaded`` itself where llama.cpp does not
+    run it or its settings are these already."""
+    current = getattr(loaded.backend, "settings", None)
+    if current is None or current == settings:
+        return loaded
+    return replace(loaded, backend=GgufModel(loaded.backend.path, settings))
 
 
 def wrap_model(name: str, precision: str, model, tokenizer, auto_precision: bool = False) -> LoadedModel:

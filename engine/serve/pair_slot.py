@@ -6,8 +6,10 @@ switch is one assignment and never waits for a generation (a request reads the p
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
+import weakref
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -20,14 +22,17 @@ from engine.models.catalog import cache_dir_of
 from engine.models.devices import check_target_precision, gpu_bytes, release_memory
 from engine.models.auto import describe, plan_precisions
 from engine.models.hardware import detect_machine
-from engine.models.loading import LoadedModel, check_pair, check_pair_sources, load_model, runner_name
+from engine.models.loading import (LoadedModel, check_pair, check_pair_sources, load_model, runner_name,
+                                   with_gguf_settings)
 from engine.models.load_checks import LoadChecks
 from engine.serve.kept_figures import store_for
 from engine.serve.measuring import Measurer
 from engine.serve.model_lock import ModelLock
-from engine.serve.verify_mode import VerifyChoice, choose_verify
+from engine.serve.verify_mode import FASTEST, VerifyChoice, app_settings, check_mode, target_settings, verify_choice
 from engine.costs.costmodel import StepCosts
 from engine.surface import PairInfo
+
+log = logging.getLogger(__name__)
 
 PAIR_ROLES = ("target", "draft")
 
@@ -61,7 +66,8 @@ class Pair:
         return replace(head, costs=checks.costs, bit_identical=identity.identical, identity_note=identity.describe(),
                        identity_drift_steps=identity.max_drift_steps, target_speed=checks.speed,
                        checks_note=checks.note(), checks_flagged=bool(checks.busy),
-                       verify_mode=self.verify.mode if self.verify.cap else "", verify_note=self.verify.note,
+                       verify_mode=self.verify.mode if self.verify.offered else "",
+                       verify_note=" · ".join(n for n in (self.verify.note, self.verify.runner) if n),
                        identity_width_cap=self.verify.cap)
 
 
@@ -79,15 +85,11 @@ class Judging:
 NO_JUDGE = Judging()
 
 
-def _verify_choice(checks: LoadChecks | None) -> VerifyChoice:
-    """The verify mode the figures choose: none before they are in; from quiet figures only."""
-    if checks is None:
-        return VerifyChoice()
-    return choose_verify(checks.identity, checks.costs, quiet=not checks.busy)
-
-
 def _kept(loaded: LoadedModel | None, name: str, precision: str) -> LoadedModel | None:
-    return loaded if loaded is not None and (loaded.name, loaded.precision) == (name, precision) else None
+    """``loaded`` where a load asks for it again as it loads it: the same name and precision, run as a load runs it
+    (not with the settings a switch to fastest gave it)."""
+    same = loaded is not None and (loaded.name, loaded.precision) == (name, precision)
+    return loaded if same and (app_settings(loaded) or not hasattr(loaded.backend, "settings")) else None
 
 
 class PairSlot:
@@ -96,13 +98,17 @@ class PairSlot:
         self.cache_dir = cache_dir  # converted weights (engine/models/catalog.py); None: catalog.cache_root()
         self.paraphrase_judge = paraphrase_judge  # direct mode: the target judges near-hits (engine/cache/judge.py)
         self.pair: Pair | None = None
-        self._load_lock = threading.Lock()  # one load at a time
+        self._load_lock = threading.RLock()  # one load at a time (a load's own measurement may switch the runner)
         self._swap = threading.Lock()  # one change of the installed pair at a time (a load, its figures, a mode)
         self.store = store_for(cache_dir_of(cache_dir))  # quiet load-time figures kept between launches
         self.measurer = Measurer(lock, self.store, self._measured)
         self.beside = beside  # measure a loaded pair's figures beside serving (else before load returns)
         self._judge: tuple[LoadedModel, LLMJudge | None] | None = None  # (its target, the judge)
         self._fp32: dict[str, LoadedModel] = {}  # fp32 copies (on the CPU) for "prove it", by name; this pair's only
+        self._asked: str | None = None  # the verify mode the user chose for this pair; None: the figures' default
+        self._runner = ""  # what choosing fastest changed in the target's llama.cpp settings; "" when nothing
+        self._switched_from: weakref.ref | None = None  # the target a mode switch replaced: reused while it lives
+        self._follows = False  # the pair was loaded here: a measured default of fastest runs fastest's settings
 
     def require(self) -> Pair:
         pair = self.pair
@@ -121,7 +127,7 @@ class PairSlot:
             models = [kept[role] or load_model(asked[role][0], plan.precisions[role], role=role,
                                                cache_dir=self.cache_dir, chosen_by_auto=asked[role][1] in (None, AUTO))
                       for role in PAIR_ROLES]
-            return self.install(*models, note=plan.reason, beside=self.beside)
+            return self.install(*models, note=plan.reason, beside=self.beside, follows=True)
 
     def _plan(self, asked: dict[str, tuple[str, str | None]]):
         """The pair's precisions, refused when the device cannot run them (what a switch reuses or frees counts as
@@ -133,21 +139,33 @@ class PairSlot:
         held = dict(zip(PAIR_ROLES, current.models)) if current else {}
         return plan, {role: _kept(held.get(role), asked[role][0], plan.precisions[role]) for role in PAIR_ROLES}
 
-    def install(self, target: LoadedModel, draft: LoadedModel, note: str = "", beside: bool = True) -> Pair:
+    def install(self, target: LoadedModel, draft: LoadedModel, note: str = "", beside: bool = True,
+                mode: str | None = None, runner: str = "", follows: bool = False) -> Pair:
         """Install loaded models: one assignment, after the pair check. The figures measured on this machine come
         from an earlier launch's (the same files and build) or are measured beside serving (``Measurer``; not
         ``beside``: now, in this thread): until they are in, the pair says so. ``note``: the plan's sentence (what
-        auto chose and why); '' for models loaded elsewhere, which are described as they are."""
+        auto chose and why); '' for models loaded elsewhere, which are described as they are. ``mode``: the verify
+        mode asked for (a mode switch's); None: the figures' default. ``runner``: what that switch changed.
+        ``follows``: a default of fastest runs fastest's settings (``_follow``): a pair loaded here, not models handed
+        in (a test's, a benchmark's: run as given)."""
         check_pair(target, draft)
         note = note or describe(detect_machine(target.device.type), {"target": target.precision,
                                                                       "draft": draft.precision},
                                 {r for r, m in zip(PAIR_ROLES, (target, draft)) if m.auto_precision}, [])
         kept = self.store.get((target, draft))
-        pair = Pair(target, draft, note, kept, _verify_choice(kept))
+        pair = Pair(target, draft, note, kept, verify_choice(kept, mode, runner, app_settings(target)))
         with self._swap:
-            switched, self.pair = self.pair is not None, pair
+            self._asked, self._runner = mode, runner
+            if mode is None:
+                self._follows = follows
+            follow = self._following(pair)  # kept figures that choose fastest: measuring until its settings run
+            shown = replace(pair, checks=None, verify=VerifyChoice()) if follow else pair
+            switched, self.pair = self.pair is not None, shown
         if switched:
-            self._release_all_but(pair)
+            self._release_all_but(shown)
+        if follow:
+            self.measurer.stop()
+            return self._follow(shown, pair, beside)
         if kept is not None:
             self.measurer.stop()
         elif beside:
@@ -164,8 +182,41 @@ class PairSlot:
             pair = self.pair
             if pair is None or pair.target is not models[0] or pair.draft is not models[1]:
                 return False
-            self.pair = replace(pair, checks=checks, verify=_verify_choice(checks))
+            priced = replace(pair, checks=checks, verify=verify_choice(checks, self._asked, self._runner,
+                                                                         app_settings(pair.target)))
+            follow = self._following(priced)
+            if not follow:
+                self.pair = priced
+        if follow:  # still measuring until fastest's settings run, here: the measuring thread or the loading one
+            self._follow(pair, priced, beside=False)
         return True
+
+    def _following(self, pair: Pair) -> bool:
+        """Whether ``pair``'s target should now run with fastest's llama.cpp settings: it was loaded here, nobody
+        chose a mode, and its quiet figures choose ``fastest`` (or find no width identical: nothing to keep)."""
+        checks = pair.checks
+        return (self._follows and self._asked is None and checks is not None and not checks.busy
+                and pair.verify.mode == FASTEST and (pair.verify.cap is not None or not checks.identity.identical)
+                and app_settings(pair.target))
+
+    def _follow(self, shown: Pair, priced: Pair, beside: bool) -> Pair:
+        """The pair switched to fastest as if chosen (``_switch``), here or (``beside``) on a thread of its own while
+        ``shown`` (the pair without figures: "measuring") serves; only if nothing changed the slot meanwhile. Where
+        the switch fails, ``priced`` (the pair with its figures) serves on as loaded, and the log says why."""
+        def switch() -> Pair:
+            with self._load_lock:
+                try:
+                    switched = self.pair is not shown or self._switch(priced, FASTEST)
+                except Exception:
+                    log.exception("running the target with fastest's llama.cpp settings failed")
+                    switched = None
+                with self._swap:
+                    self.pair = priced if switched is None and self.pair is shown else self.pair
+                return self.require()
+        if beside:
+            threading.Thread(target=switch, daemon=True, name="speclens-fastest").start()
+            return shown
+        return switch()
 
     def remeasure(self) -> Pair:
         """Measure the loaded pair again beside serving (its kept figures dropped); meanwhile it says "measuring"."""
@@ -178,14 +229,34 @@ class PairSlot:
 
     def set_verify(self, mode: str) -> Pair:
         """The loaded pair in verify ``mode`` (engine/serve/verify_mode.py): one assignment; requests already
-        running keep the mode they started with."""
+        running keep the mode they started with. Where the mode runs a llama.cpp target with other settings
+        (``target_settings``), the target is loaded again with them and installed as a load is, its figures kept
+        or measured; the target it replaces is reused on the way back while anything still holds it."""
+        check_mode(mode)
+        with self._load_lock:
+            switched = self._switch(self.require(), mode)
+            if switched is not None:
+                return switched
         with self._swap:
             pair = self.require()
             if pair.checks is None:
                 raise InvalidSettingError("the verify widths are being measured on this machine: the identical/fastest "
                                           "choice comes with the figures")
             self.pair = pair = replace(pair, verify=pair.verify.with_mode(mode))
+            self._asked = mode
         return pair
+
+    def _switch(self, pair: Pair, mode: str) -> Pair | None:
+        """``pair`` with its target loaded again with ``mode``'s llama.cpp settings and installed in ``mode``, or None
+        where they are the ones it has (or torch runs it). Under the load lock."""
+        settings, runner = target_settings(pair.target.backend, mode)
+        if settings is None or settings == pair.target.backend.settings:
+            return None
+        before = self._switched_from() if self._switched_from else None
+        same = before is not None and before.name == pair.target.name and before.backend.settings == settings
+        target = before if same else with_gguf_settings(pair.target, settings)
+        self._switched_from = weakref.ref(pair.target)
+        return self.install(target, pair.draft, pair.precision_note, self.beside, mode, runner)
 
     def _release_all_but(self, pair: Pair) -> None:
         """Let go of what only the previous pair used (its judge, its fp32 copies), and of the device memory it

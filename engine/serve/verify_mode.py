@@ -6,14 +6,24 @@ then the target's own tokens, bit for bit, at every position checked. ``fastest`
 a wider verify may be cheaper per token but is identical only up to rounding ties. Each is priced on the verify
 costs measured at load, for a free draft (a lookup, a prediction) accepted ``ALPHA`` of the time, the case where
 long drafts pay; the default is ``identical`` unless it would cost more than ``TOLERANCE`` of that speed.
+
+Choosing ``fastest`` for a target llama.cpp runs also runs it with llama-server's settings (``FAST_SETTINGS``:
+repacked weights where they run on this machine, an f16 KV cache), which make its every forward faster but keep
+wider verifies identical to one-token forwards at fewer positions; ``identical`` runs it with the app's
+(``GgufSettings()``). The switch loads the file again with the other settings and measures them as a load does
+(engine/serve/pair_slot.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from engine.backends import llama_cpp
+from engine.backends.llama_cpp import FAST_SETTINGS, GgufSettings
 from engine.config import DEFAULT_SPEC, FREE_SPAN, VERIFY_MODES
 from engine.costs.costmodel import StepCosts
 from engine.decode.identity import IdentityCheck
+from engine.models.load_checks import LoadChecks
+from engine.models.loading import LoadedModel
 from engine.errors import InvalidSettingError
 
 IDENTICAL, FASTEST = VERIFY_MODES
@@ -27,19 +37,46 @@ class VerifyChoice:
     mode: str = FASTEST
     cap: int | None = None  # the widest identical verify (IdentityCheck.width_cap); None: nothing to choose
     note: str = ""  # each mode's modelled speed and why the default is what it is; "" without a choice
+    runner: str = ""  # fastest's llama.cpp settings for the target, where choosing it changed them, and why; else ""
 
     @property
     def width_cap(self) -> int | None:
         """What the decoder keeps an adaptive k to: the cap in ``identical`` mode, else nothing."""
         return self.cap if self.mode == IDENTICAL else None
 
+    @property
+    def offered(self) -> bool:
+        """Whether the pair line shows a mode: identity holds up to some width only, or fastest changed the runner."""
+        return self.cap is not None or bool(self.runner)
+
     def with_mode(self, mode: str) -> VerifyChoice:
-        if mode not in VERIFY_MODES:
-            raise InvalidSettingError(f"verify mode must be one of {', '.join(VERIFY_MODES)}, not {mode!r}")
+        check_mode(mode)
         if self.cap is None and mode == IDENTICAL:
             raise InvalidSettingError("this pair has no identical/fastest choice: its verifies are identical at "
                                       "every width checked, or at none")
         return replace(self, mode=mode)
+
+
+def check_mode(mode: str) -> None:
+    if mode not in VERIFY_MODES:
+        raise InvalidSettingError(f"verify mode must be one of {', '.join(VERIFY_MODES)}, not {mode!r}")
+
+
+def target_settings(backend, mode: str) -> tuple[GgufSettings | None, str]:
+    """The llama.cpp settings a target on ``backend`` runs with in ``mode`` and, for ``fastest``, what they are and
+    why; (None, "") where llama.cpp does not run it (torch: one runner for both modes). Repacked weights only where
+    ``repack_fault`` (a child process that loads them) finds that they run here."""
+    if getattr(backend, "settings", None) is None:
+        return None, ""
+    if mode != FASTEST:
+        return GgufSettings(), ""
+    fault = llama_cpp.repack_fault(backend.path)
+    if fault is None:
+        return FAST_SETTINGS, ("fastest runs the target with llama-server's settings: repacked weights and an f16 KV "
+                               "cache, its forwards identical to target-only decoding up to rounding ties (the "
+                               "identity line, measured with them)")
+    return (GgufSettings(cache_k=FAST_SETTINGS.cache_k, cache_v=FAST_SETTINGS.cache_v),
+            f"fastest runs the target with an f16 KV cache but its weights as stored: {fault}")
 
 
 def best_speed(costs: StepCosts, most_k: int) -> tuple[int, float]:
@@ -72,3 +109,23 @@ def choose_verify(identity: IdentityCheck, costs: StepCosts, quiet: bool = True)
                                    f"{max(0.0, 1 - same / fast):.0%} here" if mode == IDENTICAL else
                                    f"the identical width would cost {1 - same / fast:.0%} here"))
     return VerifyChoice(mode, cap, note)
+
+
+def verify_choice(checks: LoadChecks | None, asked: str | None = None, runner: str = "",
+                   app_settings: bool = False) -> VerifyChoice:
+    """The verify mode the figures choose (from quiet figures only), or the one the user ``asked`` for where the
+    figures allow it; none before they are in. ``runner``: what fastest changed in the target's settings;
+    ``app_settings``: llama.cpp runs the target with the app's settings (a default of fastest says so)."""
+    if checks is None:
+        return VerifyChoice()
+    choice = choose_verify(checks.identity, checks.costs, quiet=not checks.busy)
+    if asked is not None and (choice.cap is not None or asked == FASTEST):
+        choice = replace(choice, mode=asked)
+    elif asked is None and choice.mode == FASTEST and choice.cap is not None and app_settings:
+        runner = "the target runs with the app's llama.cpp settings, not fastest's (yet)"  # until PairSlot._follow switches
+    return replace(choice, runner=runner)
+
+
+def app_settings(loaded: LoadedModel) -> bool:
+    """Whether llama.cpp runs ``loaded`` with the app's settings (``GgufSettings()``): not torch, not fastest's."""
+    return getattr(loaded.backend, "settings", None) == GgufSettings()

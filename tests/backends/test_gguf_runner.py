@@ -5,6 +5,7 @@ in tests/backends/test_runner_contract.py."""
 from __future__ import annotations
 
 import json
+import time
 from types import SimpleNamespace
 from pathlib import Path
 
@@ -158,6 +159,80 @@ def test_a_gguf_target_with_a_torch_draft_works(real_models):
     else:
         with pytest.raises(InvalidSettingError, match="no identical/fastest choice"):
             engine.set_verify_mode("identical")
+
+
+def test_fastest_runs_a_gguf_target_with_llama_servers_settings_and_identical_goes_back(real_models, monkeypatch):
+    """Choosing fastest loads the target's file again with repacked weights (where they run here) and an f16 KV
+    cache, measures them as a load does, and says so on the pair line; it answers with them. Identical goes back to
+    the app's settings, on the target it had while anything still holds it. Where repacked weights crash, fastest
+    keeps the weights as stored and says why."""
+    from engine.backends import llama_cpp
+
+    engine = real_models.engine(SMOL, "gguf", SMOL, "gguf")
+    plain = engine.target
+    fault = llama_cpp.repack_fault(plain.backend.path)
+    fast = engine.set_verify_mode("fastest")
+    expected = llama_cpp.FAST_SETTINGS if fault is None else llama_cpp.GgufSettings(cache_v="f16")
+    assert engine.target is not plain and engine.target.backend.settings == expected
+    assert engine.draft.backend.settings == llama_cpp.GgufSettings()  # the draft runs as loaded
+    assert fast.verify_mode == "fastest" and not fast.measuring and fast.target_speed.decode_tokens_per_s > 0
+    assert f"repack {'on' if fault is None else 'off'}, KV cache K f16 V f16" in fast.runner
+    assert ("llama-server's settings" if fault is None else fault) in fast.verify_note
+    assert fast.identity_note.startswith(("verified bit-identical", "identical up to rounding ties"))
+    done = [e for e in engine.generate([{"role": "user", "content": PROMPTS[0]}], SamplingConfig(max_new_tokens=16),
+                                       SpecConfig(proposer="draft", k=3))][-1]
+    assert done.type == "done" and len(done.token_ids) == 16 and done.stats.acceptance.proposed > 0
+    back = engine.set_verify_mode("identical")
+    assert engine.target is plain and "repack off, KV cache K f16 V bf16" in back.runner
+    assert back.verify_mode in ("", "identical") and "llama-server's settings" not in back.verify_note
+
+    monkeypatch.setattr(llama_cpp, "repack_fault", lambda path: "llama.cpp died of SIGILL (planted)")
+    planted = engine.set_verify_mode("fastest")
+    assert engine.target.backend.settings == llama_cpp.GgufSettings(cache_v="f16")
+    assert "weights as stored: llama.cpp died of SIGILL (planted)" in planted.verify_note
+    assert engine.set_verify_mode("identical").runner == back.runner and engine.target is plain
+
+
+def test_a_loaded_pair_whose_figures_choose_fastest_goes_on_with_fastests_settings(tmp_path, monkeypatch):
+    """Where the figures measured at load choose fastest (planted here: the pricing is tested in
+    tests/serve/test_verify_mode.py), a pair loaded as the model panel loads it goes on with fastest's llama.cpp
+    settings, measured as a load is, and a second load goes straight on from the kept figures; models handed in
+    (``use_models``: a test's, a benchmark's) run as given and say so."""
+    from engine.backends import llama_cpp
+    from engine.chat_engine import ChatEngine
+    from engine.serve import verify_mode
+    from engine.serve.verify_mode import VerifyChoice
+    from tests.helpers.server import link_models
+
+    monkeypatch.setattr(verify_mode, "choose_verify",
+                        lambda identity, costs, quiet=True: VerifyChoice("fastest", 3, "planted: fastest pays"))
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    link_models(cache_dir)
+    engine = ChatEngine(cache_dir=cache_dir, measure_beside=False)
+    info = engine.load_pair(SMOL, SMOL, "gguf", "gguf")
+    fault = llama_cpp.repack_fault(engine.target.backend.path)
+    expected = llama_cpp.FAST_SETTINGS if fault is None else llama_cpp.GgufSettings(cache_v="f16")
+    assert engine.target.backend.settings == expected and engine.draft.backend.settings == llama_cpp.GgufSettings()
+    assert info.verify_mode == "fastest" and not info.measuring and "V f16" in info.runner
+    assert ("llama-server's settings" if fault is None else fault) in info.verify_note
+    done = [e for e in engine.generate([{"role": "user", "content": PROMPTS[1]}], SamplingConfig(max_new_tokens=12),
+                                       SpecConfig(proposer="draft", k=3))][-1]
+    assert done.type == "done" and len(done.token_ids) == 12
+    again = ChatEngine(cache_dir=cache_dir, measure_beside=False)
+    assert "kept for these model files" in again.load_pair(SMOL, SMOL, "gguf", "gguf").checks_note
+    assert again.target.backend.settings == expected
+    served = ChatEngine(cache_dir=cache_dir)  # as launch.py's: it serves at once, and switches on a thread
+    assert served.load_pair(SMOL, SMOL, "gguf", "gguf").measuring  # no claim until fastest's settings run
+    waited = 0
+    while served.target.backend.settings != expected and waited < 600:
+        time.sleep(0.1)
+        waited += 1
+    assert served.target.backend.settings == expected and served.info().verify_mode == "fastest"
+    handed = ChatEngine(cache_dir=cache_dir, measure_beside=False)
+    handed.use_models(loading.load_model(SMOL, "gguf", cache_dir=cache_dir), again.draft)
+    assert handed.target.backend.settings == llama_cpp.GgufSettings()
+    assert "the app's llama.cpp settings, not fastest's" in handed.info().verify_note
 
 
 def test_the_identity_bench_measures_each_llama_cpp_setting(tmp_path, capsys):

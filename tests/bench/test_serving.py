@@ -17,7 +17,8 @@ from tests.helpers.server import link_models
 def test_bad_modes_and_lengths_are_refused_before_anything_starts(tmp_path, capsys):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "prompt": "hi"}\n')
-    for argv, said in ((["--modes", "browser,teleport"], "teleport"), (["--max-new-tokens", "0"], "at least 1")):
+    for argv, said in ((["--modes", "browser,teleport"], "teleport"), (["--max-new-tokens", "0"], "at least 1"),
+                       (["--verify-mode", "sideways"], "invalid choice: 'sideways'")):
         with pytest.raises(SystemExit) as exit_:
             serving.main(["--prompts", str(prompts), *argv])
         assert exit_.value.code == 2 and said in capsys.readouterr().err
@@ -77,8 +78,10 @@ def test_the_serving_bench_runs_every_path_on_one_conversation(tmp_path, llama_s
     out, profiles = tmp_path / "serving.json", tmp_path / "profiles"
     serving.main(["--prompts", str(prompts), "--max-new-tokens", "8", "--target", SMOL, "--draft", SMOL,
                   "--cache-dir", str(cache_dir), "--llama-server", str(llama_server_binary), "--json", str(out),
-                  "--profile", str(profiles)])
+                  "--profile", str(profiles), "--verify-mode", "fastest"])
     result = json.loads(out.read_text())
+    # the app and the engine in fastest, switched as the model panel does: the target on llama-server's KV cache
+    assert result["setup"]["verify_mode"] == "fastest" and "V f16" in result["setup"]["target_runner"]
     runs = result["runs"]
     assert sorted({r["mode"] for r in runs}) == sorted(serving.MODES)
     assert [r["turn"] for r in runs] == [0] * 5 + [1] * 5  # one conversation, every path at every turn

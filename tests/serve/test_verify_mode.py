@@ -37,3 +37,20 @@ def test_without_a_partial_width_there_is_nothing_to_choose():
         choice.with_mode(IDENTICAL)
     with pytest.raises(InvalidSettingError, match="verify mode must be one of identical, fastest"):
         choose_verify(TILED, STEEP).with_mode("sideways")
+
+
+def test_a_default_of_fastest_says_which_llama_cpp_settings_the_target_runs_with():
+    """A default of fastest on the app's llama.cpp settings says so (models handed in run as given; a loaded pair's
+    target switches: tests/backends/test_gguf_runner.py); a mode asked for keeps its mode and says nothing."""
+    from engine.models.load_checks import LoadChecks, TargetSpeed
+    from engine.serve.verify_mode import verify_choice as _verify_choice
+
+    checks = LoadChecks(FLAT, TILED, TargetSpeed(10.0, 12.0, 0.2, 32, "runs"), "2026-12-06 08:00")
+    default = _verify_choice(checks, app_settings=True)
+    assert default.mode == FASTEST and default.offered and "app's llama.cpp settings, not fastest's" in default.runner
+    assert _verify_choice(checks).runner == ""  # torch runs it: no llama.cpp settings to speak of
+    asked = _verify_choice(checks, IDENTICAL, app_settings=True)
+    assert (asked.mode, asked.width_cap, asked.runner) == (IDENTICAL, 7, "")
+    swapped = _verify_choice(checks, FASTEST, "fastest runs the target with llama-server's settings")
+    assert swapped.mode == FASTEST and swapped.runner.startswith("fastest runs")
+    assert _verify_choice(None, FASTEST, "x") == VerifyChoice()  # nothing offered before the figures are in

@@ -135,6 +135,10 @@ class GgufModel:
         params = lib.llama_model_default_params()
         params.n_gpu_layers = 0
         params.use_extra_bufts = settings.repack
+        # repacked weights are copies made at load: a mapped file would stay resident beside them (the 1.5B: 1.1 GB
+        # more than llama-server held), so the file is read, not mapped, where they are used
+        if settings.repack:
+            params.load_mode = lib.LLAMA_LOAD_MODE_NONE
         self.path, self.settings = Path(path), settings
         self.model = lib.llama_model_load_from_file(str(path).encode(), params)
         if not self.model:

@@ -235,6 +235,22 @@ def test_a_loaded_pair_whose_figures_choose_fastest_goes_on_with_fastests_settin
     assert "the app's llama.cpp settings, not fastest's" in handed.info().verify_note
 
 
+def test_repacked_weights_are_read_from_the_file_not_mapped():
+    """Repacked weights are copies made at load: a mapped file would stay resident beside them (the 1.5B: 1.1 GB more
+    than llama-server held after the same answers, docs/bench.md), so llama.cpp reads the file where they are used and
+    maps it where it runs the stored weights. Each load in a child process, so no other model's mapping counts."""
+    import os
+    import subprocess
+    import sys
+    from engine.models.sources import gguf_file
+
+    path = os.path.realpath(gguf_file(SMOL))
+    mapped = {repack: subprocess.run([sys.executable, "-m", "tests.helpers.mapped_after_load", path, repack],
+                                     capture_output=True, text=True, check=True).stdout.strip()
+              for repack in ("off", "on")}
+    assert mapped == {"off": "True", "on": "False"}
+
+
 def test_the_identity_bench_measures_each_llama_cpp_setting(tmp_path, capsys):
     from bench.speed.identity import GGUF_SETTINGS, main, setting_label
     out = tmp_path / "identity.json"

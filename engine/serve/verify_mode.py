@@ -122,7 +122,8 @@ def verify_choice(checks: LoadChecks | None, asked: str | None = None, runner: s
     if asked is not None and (choice.cap is not None or asked == FASTEST):
         choice = replace(choice, mode=asked)
     elif asked is None and choice.mode == FASTEST and choice.cap is not None and app_settings:
-        runner = "the target runs with the app's llama.cpp settings, not fastest's (yet)"  # until PairSlot._follow switches
+        # models handed in run as given; a loaded pair's target switches (PairSlot._follow)
+        runner = "the target runs with the app's llama.cpp settings, not fastest's (yet)"
     return replace(choice, runner=runner)
 
 

@@ -162,11 +162,7 @@ def load_gguf(name: str, cache_dir: Path | None = None, auto_precision: bool = F
 
 def with_gguf_settings(loaded: LoadedModel, settings: GgufSettings) -> LoadedModel:
     """``loaded``'s GGUF file run by llama.cpp with other ``settings`` (repacked weights, the KV cache's types): a new
-    load of the same file; the tokenizer and config are the same objects. ``loaded`` itself where llama.cpp does not
-    run it or its settings are these already."""
-    current = getattr(loaded.backend, "settings", None)
-    if current is None or current == settings:
-        return loaded
+    load of the same file; the tokenizer and config are the same objects."""
     return replace(loaded, backend=GgufModel(loaded.backend.path, settings))
 
 

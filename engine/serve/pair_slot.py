@@ -86,8 +86,7 @@ NO_JUDGE = Judging()
 
 
 def _kept(loaded: LoadedModel | None, name: str, precision: str) -> LoadedModel | None:
-    """``loaded`` where a load asks for it again as it loads it: the same name and precision, run as a load runs it
-    (not with the settings a switch to fastest gave it)."""
+    """``loaded`` where a load asks for it again: the same name and precision, not run with fastest's settings."""
     same = loaded is not None and (loaded.name, loaded.precision) == (name, precision)
     return loaded if same and (app_settings(loaded) or not hasattr(loaded.backend, "settings")) else None
 
@@ -205,13 +204,14 @@ class PairSlot:
         the switch fails, ``priced`` (the pair with its figures) serves on as loaded, and the log says why."""
         def switch() -> Pair:
             with self._load_lock:
+                switched = None
                 try:
-                    switched = self.pair is not shown or self._switch(priced, FASTEST)
+                    switched = self._switch(priced, FASTEST) if self.pair is shown else self.pair
                 except Exception:
                     log.exception("running the target with fastest's llama.cpp settings failed")
-                    switched = None
                 with self._swap:
-                    self.pair = priced if switched is None and self.pair is shown else self.pair
+                    if switched is None and self.pair is shown:
+                        self.pair = priced
                 return self.require()
         if beside:
             threading.Thread(target=switch, daemon=True, name="speclens-fastest").start()

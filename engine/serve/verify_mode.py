@@ -112,16 +112,16 @@ def choose_verify(identity: IdentityCheck, costs: StepCosts, quiet: bool = True)
 
 
 def verify_choice(checks: LoadChecks | None, asked: str | None = None, runner: str = "",
-                   app_settings: bool = False) -> VerifyChoice:
+                  on_app_settings: bool = False) -> VerifyChoice:
     """The verify mode the figures choose (from quiet figures only), or the one the user ``asked`` for where the
     figures allow it; none before they are in. ``runner``: what fastest changed in the target's settings;
-    ``app_settings``: llama.cpp runs the target with the app's settings (a default of fastest says so)."""
+    ``on_app_settings``: llama.cpp runs the target with the app's settings (a default of fastest says so)."""
     if checks is None:
         return VerifyChoice()
     choice = choose_verify(checks.identity, checks.costs, quiet=not checks.busy)
     if asked is not None and (choice.cap is not None or asked == FASTEST):
         choice = replace(choice, mode=asked)
-    elif asked is None and choice.mode == FASTEST and choice.cap is not None and app_settings:
+    elif asked is None and choice.mode == FASTEST and choice.cap is not None and on_app_settings:
         # models handed in run as given; a loaded pair's target switches (PairSlot._follow)
         runner = "the target runs with the app's llama.cpp settings, not fastest's (yet)"
     return replace(choice, runner=runner)

@@ -46,10 +46,10 @@ def test_a_default_of_fastest_says_which_llama_cpp_settings_the_target_runs_with
     from engine.serve.verify_mode import verify_choice as _verify_choice
 
     checks = LoadChecks(FLAT, TILED, TargetSpeed(10.0, 12.0, 0.2, 32, "runs"), "2026-12-06 08:00")
-    default = _verify_choice(checks, app_settings=True)
+    default = _verify_choice(checks, on_app_settings=True)
     assert default.mode == FASTEST and default.offered and "app's llama.cpp settings, not fastest's" in default.runner
     assert _verify_choice(checks).runner == ""  # torch runs it: no llama.cpp settings to speak of
-    asked = _verify_choice(checks, IDENTICAL, app_settings=True)
+    asked = _verify_choice(checks, IDENTICAL, on_app_settings=True)
     assert (asked.mode, asked.width_cap, asked.runner) == (IDENTICAL, 7, "")
     swapped = _verify_choice(checks, FASTEST, "fastest runs the target with llama-server's settings")
     assert swapped.mode == FASTEST and swapped.runner.startswith("fastest runs")

@@ -51,7 +51,7 @@ def prompt_lookup(make_draft: DraftRunnerMaker) -> NgramProposer:
 def hybrid(make_draft: DraftRunnerMaker) -> HybridProposer:
     """Prompt lookup, else the fast draft. Here a lookup replaces the draft model, so it needs a longer (more
     specific) match than the plain lookup."""
-    return HybridProposer(NgramProposer(max_ngram=5, min_ngram=3), fast_draft(make_draft))
+    return HybridProposer(NgramProposer(min_ngram=3), fast_draft(make_draft))
 
 
 PROPOSERS: dict[str, ProposerFactory] = {

@@ -1,7 +1,11 @@
 """Prompt-lookup proposer: continue the longest n-gram that already occurred in the prompt or the answer.
 
 Costs no model call, and its drafts are one-hot (``q_probs=None``). It pays most on edits and rewrites,
-where the answer copies long spans of the prompt.
+where the answer copies long spans of the prompt. Its evidence (``Draft.evidence``) is the match's length: a suffix
+of FOLLOWING_MATCH tokens or more found again says the answer is copying that text, as a prediction or a memory the
+answer took whole does, and is priced as "following" (engine/decode/kpolicy.py ``FreeDrafts``); shorter matches
+("match-<n>") each learn their own acceptance, which on code is often low (indentation and ``self.`` repeat with
+other continuations).
 """
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ import torch
 from engine.config import SamplingConfig
 from engine.decode.draft import EMPTY_DRAFT, Draft
 from engine.decode.step import StepBudget
+
+FOLLOWING_MATCH = 8  # a suffix match this long: the answer is copying the text it matched
 
 
 def ngram_match(context: list[int], k: int, max_ngram: int = 4, min_ngram: int = 2,
@@ -69,7 +75,7 @@ def _failure(pattern: list[int]) -> list[int]:
 class NgramProposer:
     name = "lookup"
 
-    def __init__(self, max_ngram: int = 4, min_ngram: int = 2):
+    def __init__(self, max_ngram: int = FOLLOWING_MATCH, min_ngram: int = 2):
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
 
     def reset(self, prompt_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
@@ -80,4 +86,6 @@ class NgramProposer:
 
     def propose(self, context_ids: list[int], budget: StepBudget) -> Draft:
         tokens, n = ngram_match(context_ids, budget.span, self.max_ngram, self.min_ngram)
-        return Draft(tokens, source=self.name, evidence=f"match-{n}") if tokens else EMPTY_DRAFT
+        if not tokens:
+            return EMPTY_DRAFT
+        return Draft(tokens, source=self.name, evidence="following" if n >= FOLLOWING_MATCH else f"match-{n}")

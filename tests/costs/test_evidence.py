@@ -80,3 +80,20 @@ def test_the_loop_drafts_a_right_prediction_from_its_first_token_and_drops_a_wro
     wrong = decode([(t + 1) % vocab for t in reference])  # never the answer's next token
     assert _tokens(wrong) == reference
     assert wrong[-1].stats.acceptance.proposed <= 12, wrong[-1].stats.acceptance.proposed
+
+
+
+def test_a_long_lookup_match_is_drafted_wide_and_dropped_when_the_answer_keeps_leaving_it():
+    """A lookup found FOLLOWING_MATCH tokens long is priced as following (tests/proposers: the evidence): drafted 16
+    wide though the lookup's short matches lose, and dropped within a few spans where the answer leaves each at once
+    (the prior's weight stays below what the decayed rejections reach, so no curve keeps it for ever)."""
+    free = FreeDrafts()
+    for _ in range(3):
+        free.update(free_step("lookup/match-3", 15, 0))
+    assert free.limit(CURVE, "lookup/match-3") == 0
+    assert free.limit(CURVE, "lookup/following") + 1 >= 16
+    spans = 0
+    while free.limit(CURVE, "lookup/following") and spans < 10:
+        free.update(free_step("lookup/following", free.limit(CURVE, "lookup/following"), 0))
+        spans += 1
+    assert spans <= 4

@@ -13,7 +13,7 @@ from engine.models.loading import wrap_model
 from engine.proposers import (CONFIDENCE_CUTOFF, HEAD_TOKENS, PROPOSERS, DraftModelProposer, HybridProposer,
                               NgramProposer)
 from engine.proposers.cached_answer import CachedAnswerProposer
-from engine.proposers.ngram import ngram_match
+from engine.proposers.ngram import FOLLOWING_MATCH, ngram_match
 from engine.start.decoders import start_speculative
 from tests.helpers.tiny import (ByteTokenizer, DraftRunners, budget, cached, exact_sequence_probs, reference_done,
                         sequence_distribution, speculative_done, tiny_model, tiny_pair, total_variation)
@@ -37,6 +37,16 @@ def brute_force_lookup(context, k, max_ngram=4, min_ngram=2, source=None):
             if source[start:start + n] == pattern and source[start + n:start + n + k]:
                 return source[start + n:start + n + k]
     return []
+
+
+def test_a_lookup_match_of_eight_tokens_is_evidence_that_the_answer_copies():
+    """The match's length is the lookup's evidence (kpolicy's FreeDrafts prices each class): a suffix found again
+    FOLLOWING_MATCH tokens long is priced as following, a shorter one by its length."""
+    text = list(range(100, 120))
+    long = NgramProposer().propose(text + [1] + text[:FOLLOWING_MATCH], budget(span=4))
+    assert long.tokens == text[FOLLOWING_MATCH:FOLLOWING_MATCH + 4] and long.evidence_class == "lookup/following"
+    short = NgramProposer(min_ngram=3).propose(text + [1] + text[:3], budget(span=4))
+    assert short.tokens == text[3:7] and short.evidence_class == "lookup/match-3"
 
 
 @pytest.mark.parametrize("context, k, ngrams, source, expected", [

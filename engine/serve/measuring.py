@@ -25,7 +25,7 @@ from engine.models.load_checks import LoadChecks, TargetSpeed, check_identity, m
 from engine.models.loading import LoadedModel, runner_for
 from engine.models.prompt import encode_chat
 from engine.serve.kept_figures import MeasuredStore
-from engine.serve.model_lock import MEASURING, ModelLock
+from engine.serve.model_lock import MEASURING, ModelLock, run_apart
 from engine.start.decoders import start_reference
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,8 @@ def idle_step(lock: ModelLock, models, idle_s: float = IDLE_S, stop: threading.E
             if (stop is not None and stop.is_set()) or not alive():
                 raise Superseded()
             if lock.idle_for() >= idle_s:
-                return lock.run(models, MEASURING, work)
+                with lock.over(models, MEASURING):  # in the measurement's thread (Measurer._run: no team outlives it)
+                    return work()
             sleep(0.05)
     return step
 
@@ -185,8 +186,8 @@ class Measurer:
         step = idle_step(self.lock, models, self.idle_s, stop, alive=lambda: self._install() is not None)
         delay = RETRY_S
         try:
-            while not stop.is_set():
-                checks = self.measure(*models, step)
+            while not stop.is_set():  # each attempt on a thread of its own, not this one, which waits between them
+                checks = run_apart(lambda: self.measure(*models, step))
                 install = self._install()
                 if install is None or not install(models, checks):
                     return

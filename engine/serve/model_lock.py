@@ -6,9 +6,19 @@ of them becomes the same DeviceOutOfMemoryError, which says what the models take
 A generation holds it for one step at a time and never across a yield, so no call order can deadlock. The lock
 is first come, first served: two generations at once take turns step by step (a plain lock lets the thread that
 just released it take it again before a waiting one wakes, so one answer would starve the other).
+
+Work handed to ``run`` runs on a thread of its own that ends with it, never on the caller's. llama.cpp's CPU kernels
+and torch's run their threads as an OpenMP team of the thread that calls them (one libgomp: torch's, loaded first),
+and a team lives as long as that thread. Once more of libgomp's threads live than the machine has cores, libgomp
+stops spinning at its barriers (``gomp_throttled_spin_count_var``: 100 spins, then a futex sleep), and llama.cpp
+meets a barrier at every op: on 2 cores one explanation of a divergence run on the main thread left every later
+decode 30% slower (docs/bench.md, "A team left behind"). Generations run on threads of their own
+(engine/serve/run_ahead.py), and so does each attempt of the load-time measurement (engine/serve/measuring.py), its
+pieces in that thread: a first forward on a new thread costs more, which a piece a thread would have measured.
 """
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections import deque
@@ -98,9 +108,9 @@ class ModelLock:
         return max(0.0, self._clock() - self._used_at)
 
     def run(self, models: Collection[LoadedModel], what: str, work: Callable[[], T]) -> T:
-        """``work()`` under the lock."""
+        """``work()`` under the lock, on a thread that ends with it (above: no OpenMP team outlives the work)."""
         with self.over(models, what):
-            return work()
+            return run_apart(work)
 
     def stepwise(self, events: Iterator[T], models: Collection[LoadedModel], what: str) -> Iterator[T]:
         """Compute each item of ``events`` under the lock, hand it over without it: a caller holding a paused
@@ -113,3 +123,21 @@ class ModelLock:
                 if item is None:
                     return
                 yield item
+
+
+def run_apart(work: Callable[[], T]) -> T:
+    """``work()`` on a new thread that ends when it does (the caller's context variables copied), its result or its
+    error handed back: the OpenMP team its kernels start ends with it, not with the caller's longer-lived thread."""
+    context, out = contextvars.copy_context(), {}
+
+    def call() -> None:
+        try:
+            out["value"] = context.run(work)
+        except BaseException as err:  # raised again in the caller's thread
+            out["error"] = err
+    worker = threading.Thread(target=call, name="speclens-model-work", daemon=True)
+    worker.start()
+    worker.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]

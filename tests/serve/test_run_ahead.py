@@ -3,6 +3,7 @@ pace; a reader that stalls does not stall it, a reader that leaves cancels it, a
 the model lock. No wall-clock time is asserted: the tests wait on events, with timeouts only as failure guards."""
 from __future__ import annotations
 
+import contextvars
 import threading
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from engine.chat_engine import ChatEngine
 from engine.config import SamplingConfig, SpecConfig
 from engine.events import final_done
-from engine.serve.model_lock import FairLock
+from engine.serve.model_lock import FairLock, ModelLock
 from engine.serve.run_ahead import run_ahead
 from tests.helpers.tiny import tiny_pair
 
@@ -176,3 +177,25 @@ def test_two_generations_at_once_take_turns_step_by_step():
     assert len(set(takers)) == 2
     first_end = min(len(takers) - takers[::-1].index(who) for who in set(takers))  # the first decode's last turn
     assert set(takers[:first_end - 1]) == set(takers), "one answer ran to its end before the other's first step"
+
+
+def test_model_work_runs_on_a_thread_that_ends_with_it_never_on_the_callers():
+    """llama.cpp's and torch's kernels run an OpenMP team per calling thread, living as long as that thread; with
+    more of them than cores, libgomp stops spinning at llama.cpp's per-op barriers (engine/serve/model_lock.py).
+    So ``ModelLock.run`` (an explanation, the doctor, a cached answer's check) runs its work on a thread of its own:
+    the caller's context variables go with it, its error comes back, and the thread has ended when it returns."""
+    lock, seen = ModelLock(), []
+    asked = contextvars.ContextVar("asked")
+    asked.set("the caller's")
+
+    def work():
+        seen.append(threading.current_thread())
+        return asked.get()
+    assert lock.run([], "while testing", work) == "the caller's"
+    assert seen[0] is not threading.current_thread() and not seen[0].is_alive()
+
+    def fails():
+        raise ValueError("from the work")
+    with pytest.raises(ValueError, match="from the work"):
+        lock.run([], "while testing", fails)
+    assert lock.run([], "while testing", lambda: "the lock was let go of") == "the lock was let go of"

@@ -4,6 +4,7 @@ source and evidence class learns apart. Fixed costs: the decisions a machine wit
 from __future__ import annotations
 
 from engine.config import SamplingConfig
+from engine.costs.costmodel import StepCosts
 from engine.decode.kpolicy import FreeDrafts
 from engine.decode.step import StepRecord
 from engine.decode.reference import reference_generate
@@ -49,6 +50,22 @@ def test_a_wrong_source_is_dropped_within_a_few_spans_and_its_other_classes_star
     assert spans <= 2
     assert free.limit(CURVE, "prediction/match-5") == 0  # the same source's other evidence starts from its record
     assert free.limit(CURVE, "prediction/following") > 0  # but an answer that follows it is still believed
+
+
+def test_an_unproven_match_is_not_a_wide_gamble_where_wide_verifies_are_cheap():
+    """A curve with t(16) at 4.2 one-token forwards (2 Zen 5 cores, the identity settings): a 3-token match of a source
+    with no record yet is not drafted (a failed 15-token verify costs 3 forwards, 5% of a 96-token answer), a span
+    the answer follows is verified wide at once, and once the source has paid its matches are drafted too."""
+    one = 0.0314
+    cheap_wide = StepCosts(verify_fixed_s=one, verify_per_token_s=0.0, draft_per_token_s=0.0,
+                           verify_table=tuple((n, t * one) for n, t in
+                                              ((1, 1.0), (2, 2.07), (4, 2.73), (8, 3.9), (16, 4.16), (32, 6.1), (64, 10.1))))
+    free = FreeDrafts()
+    assert free.limit(cheap_wide, "lookup/match-3") == 0
+    assert free.limit(cheap_wide, "prediction/following") >= 15
+    for _ in range(2):
+        free.update(free_step("lookup/following", 32, 32))
+    assert free.limit(cheap_wide, "lookup/match-3") >= 15
 
 
 def _tokens(events) -> list[int]:

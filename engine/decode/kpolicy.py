@@ -79,9 +79,10 @@ class FreeDrafts:
     followed span and a wrong source stops after a failed span or two, probed now and then (``Backoff``, per class)
     so that its acceptance stays measured."""
     MOST = FREE_SPAN  # the longest free draft considered
-    # (acceptance, weight in tokens) of a class whose source has no record yet. Below what a wide span needs on a curve
-    # with a cheap t(16): an unproven match is not a wide gamble (a failed 15-token verify costs 5% of a 96-token
-    # answer); it is drafted once the answer follows it (FOLLOWING) or its source has paid (docs/bench.md)
+    # (acceptance, weight in tokens) of a class whose source has no record yet: below what a wide span needs even
+    # where t(16) is cheap, so an unproven match is not a wide gamble (a failed wide verify costs several forwards);
+    # it is drafted once the answer follows it (FOLLOWING) or its source has paid (docs/bench.md, "The prior of an
+    # unproven match")
     PRIOR = (0.65, 1.0)
     FOLLOWING = (0.95, 2.0)  # the answer took this source's last span whole
 

@@ -13,8 +13,8 @@ and a team lives as long as that thread. Once more of libgomp's threads live tha
 stops spinning at its barriers (``gomp_throttled_spin_count_var``: 100 spins, then a futex sleep), and llama.cpp
 meets a barrier at every op: on 2 cores one explanation of a divergence run on the main thread left every later
 decode 30% slower (docs/bench.md, "A team left behind"). Generations run on threads of their own
-(engine/serve/run_ahead.py), and so does each attempt of the load-time measurement (engine/serve/measuring.py), its
-pieces in that thread: a first forward on a new thread costs more, which a piece a thread would have measured.
+(engine/serve/run_ahead.py), and so does each attempt of the load-time measurement (engine/serve/measuring.py), with
+all its pieces in that one thread: a first forward on a new thread costs more, so a thread per piece would time that.
 """
 from __future__ import annotations
 

@@ -4,7 +4,6 @@ source and evidence class learns apart. Fixed costs: the decisions a machine wit
 from __future__ import annotations
 
 from engine.config import SamplingConfig
-from engine.costs.costmodel import StepCosts
 from engine.decode.kpolicy import FreeDrafts
 from engine.decode.step import StepRecord
 from engine.decode.reference import reference_generate
@@ -12,7 +11,7 @@ from engine.decode.speculative import speculative_generate
 from engine.decode.stream import TokenStream
 from engine.proposers import NgramProposer
 from engine.proposers.prediction import PredictionProposer
-from tests.helpers.curves import CURVE, OnThisCurve
+from tests.helpers.curves import CURVE, OnThisCurve, on_curve
 from tests.helpers.tiny import cached, run, tiny_pair
 
 
@@ -56,10 +55,7 @@ def test_an_unproven_match_is_not_a_wide_gamble_where_wide_verifies_are_cheap():
     """A curve with t(16) at 4.2 one-token forwards (2 Zen 5 cores, the identity settings): a 3-token match of a source
     with no record yet is not drafted (a failed 15-token verify costs 3 forwards, 5% of a 96-token answer), a span
     the answer follows is verified wide at once, and once the source has paid its matches are drafted too."""
-    one = 0.0314
-    cheap_wide = StepCosts(verify_fixed_s=one, verify_per_token_s=0.0, draft_per_token_s=0.0,
-                           verify_table=tuple((n, t * one) for n, t in
-                                              ((1, 1.0), (2, 2.07), (4, 2.73), (8, 3.9), (16, 4.16), (32, 6.1), (64, 10.1))))
+    cheap_wide = on_curve(((1, 1.0), (2, 2.07), (4, 2.73), (8, 3.9), (16, 4.16), (32, 6.1), (64, 10.1)), one=0.0314)
     free = FreeDrafts()
     assert free.limit(cheap_wide, "lookup/match-3") == 0
     assert free.limit(cheap_wide, "prediction/following") >= 15
@@ -97,7 +93,6 @@ def test_the_loop_drafts_a_right_prediction_from_its_first_token_and_drops_a_wro
     wrong = decode([(t + 1) % vocab for t in reference])  # never the answer's next token
     assert _tokens(wrong) == reference
     assert wrong[-1].stats.acceptance.proposed <= 12, wrong[-1].stats.acceptance.proposed
-
 
 
 def test_a_long_lookup_match_is_drafted_wide_and_dropped_when_the_answer_keeps_leaving_it():

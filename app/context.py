@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from app.api.live_stream import LiveStreams
 from app.baseline import BaselineStore, baseline_key, grid_estimate, speed_record
 from engine.errors import NoPairError
 from engine.surface import EngineSurface, ExperimentGrid, PairInfo
@@ -55,6 +56,7 @@ class AppContext:
     engine: EngineSurface  # engine.chat_engine.ChatEngine; the app never imports it (nor torch)
     baselines: BaselineStore = field(default_factory=BaselineStore)
     cancels: CancelFlags = field(default_factory=CancelFlags)
+    live: LiveStreams = field(default_factory=LiveStreams)  # the chat answers' own streams (app/api/live_stream.py)
 
     def pair(self) -> PairInfo | None:
         """The loaded pair, or None when none is loaded."""

@@ -27,6 +27,7 @@ from app.api.openai_format import (Answer, ApiError, Piece, Release, chunk_body,
                                    new_id, usage_chunk, validation_error_body)
 from app.api.openai_request import (ChatCompletionRequest, check_request, engine_messages, memory_scope, prediction_text,
                                     sampling_of, stop_strings)
+from app.api.live_stream import add_live_route
 from app.api.page_head import PageHead
 from app.api.queue_pace import pace_queue
 from app.context import AppContext
@@ -211,6 +212,7 @@ def create_server(ctx: AppContext, demo: gr.Blocks, api_key: str | None = None, 
     """One FastAPI app: the /v1 routes first, then the Gradio UI mounted at "/", behind Gradio's login when
     there is an ``api_key``."""
     app = add_openai_routes(FastAPI(docs_url=None, redoc_url=None, openapi_url=None), ctx, api_key)
+    add_live_route(app, ctx.live)  # the chat answers' frames, beside Gradio's messages (app/api/live_stream.py)
     auth = gradio_login(api_key) if api_key else None
     app = gr.mount_gradio_app(app, demo, path="/", auth=auth,
                               auth_message="Log in with any user name and the API key as the password.", **mount_kwargs)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
-import time
 from dataclasses import dataclass, replace
 from itertools import chain
+from pathlib import Path
 
 import gradio as gr
 
@@ -17,13 +17,13 @@ from app.settings import UISettings, cache_config, sampling_config, spec_config
 from app.tabs.controls import Controls
 from app.tabs.engine_queue import ENGINE, UNTRACKED
 from app.turn import Turn, trace_document, write_trace
+from app.live import PANEL_S, Frames, LiveDraw, live_box, live_start
 from app.views.render import error_html, error_message, info_html, legend_html, render_user
 from app.views.stats import SERIES_COLORS, acceptance_frame, render_stats, speedup_frame
 from engine.errors import EngineError
 
-FRAME_S = 0.2  # a streaming answer redraws at most this often (5 frames a second; docs/bench.md has the cost)
-PANEL_S = 1.0  # the statistics panel beside it at most this often (its figures settle over steps, not tokens)
 LIVE_CLASSES = ("chat-live",)
+LIVE_JS = (Path(__file__).resolve().parents[2] / "assets" / "live.js").read_text(encoding="utf-8")  # its frames
 # the speedup plot's "theory" line is engine.costs.costmodel.StepCosts.speedup at each k (not a closed formula)
 THEORY_CAPTION = ("theory: (1-α^(k+1))/(1-α) tokens per step over the step's k·t_draft + t_verify(k+1), "
                   "times t_verify(1): this answer's α and draft time, and the measured verify curve t_verify(n) "
@@ -76,7 +76,7 @@ def create_chat_panel(examples: list[list[str]], labels: list[str]) -> dict:
                          latex_delimiters=[], allow_tags=False, feedback_options=None, buttons=["copy"],
                          group_consecutive_messages=False, label="Chat", show_label=False,
                          placeholder="Ask something. Each answer token is coloured by how it was produced.")
-    live = gr.HTML(elem_id="chat-live", elem_classes=list(LIVE_CLASSES))
+    live = gr.HTML(elem_id="chat-live", elem_classes=list(LIVE_CLASSES), js_on_load=LIVE_JS)
     error_box = gr.HTML(elem_id="error-box")
     with gr.Row(equal_height=True):
         # Gradio submits on Enter only when lines == 1 (with more lines it submits on Shift+Enter); max_lines > 1
@@ -155,34 +155,42 @@ def _stream_answer(ctx: AppContext, tab: ChatTab, *, history: list[dict], shown:
     baseline, doc = ctx.speed(pair), trace_document(turn, messages, pair, s.to_dict())
     # the question and the answer stream into the live box under the chat, and join the chat once the answer is done
     # (join_answer, the event after this one): the chat, its states and the plots are no outputs of the streaming
-    # event, so what a frame costs (the server's render, the wire, the browser's bookkeeping and layout) is this
-    # answer's alone, however long the conversation
-    question = render_user(prompt)
-    yield {tab.msg: "", tab.error_box: error_html(None), tab.live: _live(question, turn)}
-    with contextlib.closing(events):
-        for event in chain(head, events):
-            turn.add(event)
-            finished = event.type == "done"
-            if not (finished or frames.due(event.type)):
-                continue
-            update = {}
-            if finished or panel.due(event.type):  # the panel's own, slower pace; its last frame is the answer's
-                update[tab.stats] = render_stats(turn.stats, turn.cache, baseline, _status(turn))
-            if finished:  # the whole answer, and what the join writes into the chat and the states
-                answer = turn.html()
-                update[tab.live] = _live(question, turn, answer)
-                update[tab.pending] = {"shown": [*shown, {"role": "user", "content": question},
-                                                 {"role": "assistant", "content": answer}],
-                                       "history": [*messages, {"role": "assistant", "content": turn.text}],
-                                       "trace": doc, "stats": turn.stats, "baseline": baseline}
-            else:
-                update[tab.live] = _live(question, turn)
-            yield update
-
-
-def _live(question: str, turn: Turn, answer: str | None = None) -> str:
-    """The live box: the question, and the answer as it streams (``answer``: the finished one)."""
-    return f'<div class="live-question">{question}</div>' + (answer or turn.html(streaming=True))
+    # event. Gradio writes the live box at the start (the question, an empty answer and the URL of its own stream)
+    # and at the end; the frames between go over that stream (app/api/live_stream.py), so what a frame costs is
+    # this answer's new tokens, with none of Gradio's per-message work in the server or the page
+    question, live = render_user(prompt), ctx.live.open()
+    try:
+        yield {tab.msg: "", tab.error_box: error_html(None), tab.live: live_start(question, live.url)}
+        drawn = LiveDraw(live)
+        with contextlib.closing(events):
+            for event in chain(head, events):
+                turn.add(event)
+                if live.abandoned:  # the page reading this answer went away (a closed tab): stop at the next step
+                    flag.set()
+                finished = event.type == "done"
+                if not (finished or frames.due(event.type)):
+                    continue
+                # the panel rides on a frame at its own, slower pace (its figures settle over steps, not tokens); the
+                # last frame holds both, so the page shows the answer's end as it comes, not once Gradio's last
+                # message (the whole answer, rendered again) has crossed its queue and been drawn
+                figures = render_stats(turn.stats, turn.cache, baseline, _status(turn)) \
+                    if finished or panel.due(event.type) else None
+                drawn.frame(turn, figures if live.claimed else None)
+                if figures is not None and not (finished or live.claimed):
+                    # nobody reads the stream (a script on Gradio's API `/send`): the panel goes through Gradio, and
+                    # the yield is where Gradio can close this handler when that client cancels
+                    yield {tab.stats: figures}
+        if turn.done is None:
+            return
+        answer = turn.html()  # the whole answer, and what the join writes into the chat and the states
+        yield {tab.stats: render_stats(turn.stats, turn.cache, baseline, _status(turn)),
+               tab.live: live_box(question, answer),
+               tab.pending: {"shown": [*shown, {"role": "user", "content": question},
+                                       {"role": "assistant", "content": answer}],
+                             "history": [*messages, {"role": "assistant", "content": turn.text}],
+                             "trace": doc, "stats": turn.stats, "baseline": baseline}}
+    finally:
+        ctx.live.end(live)
 
 
 def join_answer(tab: ChatTab, pending: dict | None) -> dict:
@@ -194,23 +202,6 @@ def join_answer(tab: ChatTab, pending: dict | None) -> dict:
     return {tab.chatbot: pending["shown"], tab.live: "", tab.shown: pending["shown"], tab.history: pending["history"],
             tab.trace: pending["trace"], tab.accept_plot: acceptance_frame(pending["stats"]),
             tab.speed_plot: speedup_frame(pending["stats"], pending["baseline"]), tab.pending: None}
-
-
-class Frames:
-    """When a streaming answer redraws: at most once every ``period`` (``FRAME_S``; the events between are drawn
-    together in the next frame, since the engine runs ahead on its own worker), after a step (a StatsEvent). A
-    redraw costs the server a render and the browser a layout on the cores the model runs on: drawing every token
-    would slow the answer down."""
-
-    def __init__(self, period: float = FRAME_S, clock=time.monotonic):
-        self.period, self.clock = period, clock
-        self.last = -float("inf")
-
-    def due(self, event_type: str) -> bool:
-        if event_type != "stats" or self.clock() - self.last < self.period:
-            return False
-        self.last = self.clock()
-        return True
 
 
 def _status(turn: Turn) -> str:

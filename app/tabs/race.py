@@ -8,7 +8,8 @@ import gradio as gr
 
 from app import toast
 from app.context import AppContext, session_id
-from app.tabs.chat import Frames, export_trace_file
+from app.live import Frames
+from app.tabs.chat import export_trace_file
 from app.tabs.controls import Controls
 from app.tabs.engine_queue import ENGINE
 from app.views.divergence import divergence_html, proof_html

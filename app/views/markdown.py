@@ -10,6 +10,7 @@ Pure functions of the token list, no gradio.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from markdown_it import MarkdownIt
 from pygments.formatters import HtmlFormatter
@@ -115,7 +116,10 @@ class _Writer:
         return f'{ghost}<span class="{css}" title="{self.titles[index]}">{body}</span>'
 
 
+@lru_cache(maxsize=64)
 def _lexer(lang: str):
+    """The lexer for a fence's language, made once per language: a streaming answer's code is highlighted again at
+    every frame, and finding a lexer by name costs more than lexing a short block."""
     try:
         return get_lexer_by_name(lang or "text", stripnl=False, ensurenl=False, stripall=False)
     except ClassNotFound:

@@ -23,7 +23,7 @@ from app.views.stats import SERIES_COLORS, acceptance_frame, render_stats, speed
 from engine.errors import EngineError
 
 LIVE_CLASSES = ("chat-live",)
-LIVE_JS = (Path(__file__).resolve().parents[2] / "assets" / "live.js").read_text(encoding="utf-8")  # its frames
+LIVE_JS = Path(__file__).resolve().parents[2] / "assets" / "live.js"  # the live box's script, read as the page is built
 # the speedup plot's "theory" line is engine.costs.costmodel.StepCosts.speedup at each k (not a closed formula)
 THEORY_CAPTION = ("theory: (1-α^(k+1))/(1-α) tokens per step over the step's k·t_draft + t_verify(k+1), "
                   "times t_verify(1): this answer's α and draft time, and the measured verify curve t_verify(n) "
@@ -76,7 +76,7 @@ def create_chat_panel(examples: list[list[str]], labels: list[str]) -> dict:
                          latex_delimiters=[], allow_tags=False, feedback_options=None, buttons=["copy"],
                          group_consecutive_messages=False, label="Chat", show_label=False,
                          placeholder="Ask something. Each answer token is coloured by how it was produced.")
-    live = gr.HTML(elem_id="chat-live", elem_classes=list(LIVE_CLASSES), js_on_load=LIVE_JS)
+    live = gr.HTML(elem_id="chat-live", elem_classes=list(LIVE_CLASSES), js_on_load=LIVE_JS.read_text(encoding="utf-8"))
     error_box = gr.HTML(elem_id="error-box")
     with gr.Row(equal_height=True):
         # Gradio submits on Enter only when lines == 1 (with more lines it submits on Shift+Enter); max_lines > 1

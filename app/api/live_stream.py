@@ -4,9 +4,9 @@ Gradio writes the live box twice per answer (its start, with the URL of this str
 between the two, every frame is a line of JSON read by the live box's script (assets/live.js), which appends the new
 tokens' spans and replaces the Markdown view. A Gradio message per frame cost the page its status tracker, the
 output's full value rebuilt from diffs and the component's morph of both views, and the server a diff of the whole
-box: on 2 cores that CPU is taken from the model's threads (docs/bench.md, "The chat page").
+box: on 2 cores that CPU is taken from the model's threads (docs/bench.md, "The answer's own stream").
 
-- A stream keeps what its reader has not taken yet (the spans since, the latest Markdown and cache note), not every
+- A stream keeps what its reader has not taken yet (the spans since, the latest of everything else), not every
   frame: a slow reader gets the frames merged, a missing one (a script client of Gradio's API) costs one answer's
   spans, and the writer never waits.
 - ``GET /speclens/live/ID`` gives the stream to its first reader only (``LiveStreams.claim``); the id is 128 random
@@ -38,13 +38,13 @@ class LiveStream:
         self.id, self.url = sid, ROUTE + sid
         self._cond = threading.Condition()
         self._raw: list[str] = []
-        self._latest: dict[str, str] = {}  # "md", "note": only the newest counts
+        self._latest: dict[str, str] = {}  # "md", "note", "panel": only the newest counts
         self._closed = False
         self.claimed = False  # a reader has it (the page that started the answer)
         self.abandoned = False  # its reader went away before the end (the tab closed): the answer should stop
 
     def push(self, raw: str = "", **latest: str) -> None:
-        """New tokens' spans (appended by the page) and the newest values of ``md`` and ``note`` (replaced)."""
+        """New tokens' spans (appended by the page) and the newest ``md``, ``note`` and ``panel`` (replaced)."""
         with self._cond:
             if raw:
                 self._raw.append(raw)

@@ -23,11 +23,11 @@ from starlette.concurrency import iterate_in_threadpool, run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.auth import API_PREFIX, BearerKeyMiddleware, gradio_login
+from app.api.live_stream import add_live_route
 from app.api.openai_format import (Answer, ApiError, Piece, Release, chunk_body, completion_body, error_body, joined,
                                    new_id, usage_chunk, validation_error_body)
 from app.api.openai_request import (ChatCompletionRequest, check_request, engine_messages, memory_scope, prediction_text,
                                     sampling_of, stop_strings)
-from app.api.live_stream import add_live_route
 from app.api.page_head import PageHead
 from app.api.queue_pace import pace_queue
 from app.context import AppContext

@@ -13,11 +13,11 @@ import gradio as gr
 from app import toast
 from app.context import AppContext, session_id
 from app.examples import example_inputs, example_labels
+from app.live import PANEL_S, Frames, LiveDraw, live_box, live_start
 from app.settings import UISettings, cache_config, sampling_config, spec_config
 from app.tabs.controls import Controls
 from app.tabs.engine_queue import ENGINE, UNTRACKED
 from app.turn import Turn, trace_document, write_trace
-from app.live import PANEL_S, Frames, LiveDraw, live_box, live_start
 from app.views.render import error_html, error_message, info_html, legend_html, render_user
 from app.views.stats import SERIES_COLORS, acceptance_frame, render_stats, speedup_frame
 from engine.errors import EngineError

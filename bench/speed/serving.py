@@ -1,7 +1,7 @@
 """Serving bench: what a user gets where a user gets it, interleaved per prompt in one run.
 
 python -m bench.speed.serving --prompts bench/prompts/eval.jsonl [--max-new-tokens 96]
-                              [--modes browser,v1,engine,llama-server,floor] [--target NAME] [--draft NAME]
+                              [--modes browser,v1,engine,llama-server,floor,floor-v1] [--target NAME] [--draft NAME]
                               [--app-dir DIR] [--cache-dir DIR] [--llama-server PATH] [--threads N]
                               [--verify-mode identical|fastest] [--json OUT] [--profile DIR]
 
@@ -14,7 +14,10 @@ to four paths, in an order rotated per prompt:
 - ``llama-server``: llama.cpp's ``/v1/completions`` on the same GGUF with the same prompt tokens, streamed;
 - ``floor`` (with ``browser``): a plain Gradio chat page with no model (bench/speed/serving_floor.py) in the same
   Chromium, streaming as many coloured spans as the browser's answer had at its decode rate, after the others: what a
-  chat page must cost Chromium, the bar for the app's page.
+  chat page must cost Chromium, the bar for the app's page;
+- ``floor-v1`` (with ``browser`` and ``v1``): ``v1``'s answer again while that plain page streams as many spans at
+  ``v1``'s decode rate beside it, after the others: what a page that costs what plain Gradio costs leaves of the
+  app's speed, the bar for ``browser`` (it asks as an OpenAI ``user`` of its own, like ``v1``).
 
 The app is ``launch.py --no-semantic-cache`` (from ``--app-dir``, this checkout by default) on a free port, with the
 pair of ``--target`` and ``--draft`` (the default pair), as is the engine in this process; llama-server runs the
@@ -44,12 +47,13 @@ from tqdm.auto import tqdm
 
 from bench.cli import arguments_checked, read_jsonl
 from bench.speed.page_clock import PAGE_METRICS, profile_top
-from bench.speed.serving_paths import CHROMIUM, Paths
+from bench.speed.serving_browser import CHROMIUM
+from bench.speed.serving_paths import Paths
 from engine.config import VERIFY_MODES
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 
 ROOT = Path(__file__).resolve().parents[2]
-MODES = ("browser", "v1", "engine", "llama-server", "floor")
+MODES = ("browser", "v1", "engine", "llama-server", "floor", "floor-v1")
 
 
 def run_bench(paths: Paths, prompts: list[dict], modes: list[str], profile_dir: Path | None = None) -> list[dict]:
@@ -57,7 +61,7 @@ def run_bench(paths: Paths, prompts: list[dict], modes: list[str], profile_dir: 
     pages' JavaScript CPU profiles of the first and the last answer are written there (``.cpuprofile``, for
     DevTools' Performance panel) and their top functions kept in the runs."""
     runs, history = [], []  # the conversation so far
-    rotated = [m for m in modes if m != "floor"]
+    rotated = [m for m in modes if m not in ("floor", "floor-v1")]
     with tqdm(total=len(prompts) * len(modes), desc="serving", unit="run") as bar:
         for i, item in enumerate(prompts):
             question = {"role": "user", "content": item["prompt"]}
@@ -79,6 +83,14 @@ def run_bench(paths: Paths, prompts: list[dict], modes: list[str], profile_dir: 
                 run = paths.floor_run(seen["tokens"], seen["decode_tokens_per_s"] or 15.0, profile)
                 runs.append({"id": item["id"], "kind": item.get("kind", ""), "turn": i, "mode": "floor",
                              **_kept_profile(run, profile_dir, f"floor-answer{i + 1}")})
+                bar.update()
+            if "floor-v1" in modes:  # v1's answer again, with the plain page drawing it beside (its own memory scope)
+                alone = done["v1"]
+                paths.prime("floor-v1", history)
+                run = paths.beside_floor_run(messages, alone["tokens"], alone["decode_tokens_per_s"] or 15.0,
+                                             alone["ttft_s"] or 0.0)
+                texts["floor-v1"] = run.pop("text", None)
+                runs.append({"id": item["id"], "kind": item.get("kind", ""), "turn": i, "mode": "floor-v1", **run})
                 bar.update()
             # the history goes on with the app's own answer (v1's, else the engine's or llama-server's); the browser
             # chat goes on with its own, in the page
@@ -149,6 +161,10 @@ def summarize(runs: list[dict], modes: list[str]) -> dict:
     ratio("v1 / llama-server", "v1", "llama-server")
     ratio("engine / llama-server", "engine", "llama-server")
     ratio("v1 TTFT / llama-server TTFT", "v1", "llama-server", "ttft_median_s")
+    # what a page that costs what plain Gradio costs leaves of /v1's speed, and the app's page against that
+    ratio("v1 beside the floor page / v1", "floor-v1", "v1")
+    ratio("browser / v1 beside the floor page", "browser", "floor-v1")
+    ratio("browser / v1 beside the floor page (decode)", "browser", "floor-v1", "decode_tokens_per_s")
     browser = by_mode.get("browser") or []
     floor = by_mode.get("floor") or []
     for name, index in (("first", 0), ("last", -1)):
@@ -211,6 +227,9 @@ def main(argv: list[str] | None = None) -> None:
         prompts = read_jsonl(args.prompts, ("id", "prompt"))
         if "floor" in modes and "browser" not in modes:
             raise ValueError("mode floor streams the browser's answers again: give browser too")
+        if "floor-v1" in modes and not {"browser", "v1"} <= set(modes):
+            raise ValueError("mode floor-v1 runs v1's answers again beside the floor page in the browser's "
+                             "Chromium: give browser and v1 too")
         if "browser" in modes and not os.path.exists(CHROMIUM):
             raise ValueError(f"mode browser needs Debian's Chromium at {CHROMIUM} (apt-get install chromium)")
     with ExitStack() as stack:

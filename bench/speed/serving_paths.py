@@ -1,12 +1,14 @@
-"""The paths of ``bench.speed.serving``: the app launched, its Chat tab in headless Chromium, its ``/v1``, the
-engine in this process and llama-server, each able to prime its KV cache with a conversation and answer one turn;
-and the CPU seconds of processes, read from /proc."""
+"""The paths of ``bench.speed.serving``: the app launched, its Chat tab in headless Chromium (serving_browser.py),
+its ``/v1``, the engine in this process and llama-server, each able to prime its KV cache with a conversation and
+answer one turn; ``/v1`` again beside the floor page; and the CPU seconds of processes, read from /proc."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from contextlib import ExitStack, contextmanager
@@ -16,42 +18,14 @@ import httpx
 
 from bench.peer.server import INSTALL_HINT, LlamaServer, ServerConfig, find_llama_server, free_port
 from bench.speed.mode_runs import decode_rate
-from bench.speed.page_clock import PageClock
+from bench.speed.serving_browser import CHROMIUM, Browser
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 PRIME = "."  # the other message of a primer: its request puts the history in the path's KV cache
 # /v1's OpenAI ``user``: its own scope of the app's memory of earlier answers (engine/proposers/memory.py), as a
 # script's; the browser's chat drafts from its own answers only, not from /v1's answer to the same message
 V1_USER = "serving-bench"
+BESIDE_USER = V1_USER + "-beside-floor"  # floor-v1's scope: it drafts from its own earlier answers, as v1 does
 STARTUP_S = 900
-
-# the page's clock: the click, the first token drawn and the last, for the answer being waited on
-WATCH_JS = """() => {
-  window.__bench = {want: -1, click: 0, first: 0, last: 0, n: 0};
-  const count = () => {  // the tokens of the answer being waited on: in the live box, then in the chat
-    const live = document.querySelector('#chat-live .tokstream');
-    if (live) return live.querySelectorAll('.tok').length;
-    const answers = document.querySelectorAll('#chat .tokstream');
-    return answers.length === window.__bench.want ? answers[answers.length - 1].querySelectorAll('.tok').length : 0;
-  };
-  const seen = () => {
-    const b = window.__bench, n = count();
-    if (b.want < 0 || n === b.n) return;
-    const now = performance.now();
-    if (!b.first && n) b.first = now;
-    b.last = now; b.n = n;
-  };
-  for (const id of ['#chat', '#chat-live'])
-    if (document.querySelector(id))
-      new MutationObserver(seen).observe(document.querySelector(id), {childList: true, subtree: true, characterData: true});
-}"""
-SEND_JS = """want => { window.__bench = {...window.__bench, want, click: performance.now(), first: 0, last: 0, n: 0};
-  document.querySelector('#send').click(); }"""
-FINISHED_JS = """n => document.querySelectorAll('#chat .tokstream').length === n &&
-  document.querySelectorAll('#chat .tokstream.streaming').length === 0 &&
-  document.querySelectorAll('#chat-live .tokstream').length === 0"""
-
 
 def cpu_seconds(pids) -> float:
     """User and system CPU seconds of the processes ``pids`` (Linux /proc)."""
@@ -160,48 +134,6 @@ def launched_app(app_dir: Path, cache_dir: str | None, pair: list[str], semantic
         log.close()
 
 
-class Browser:
-    """One Chat tab in headless Chromium, one conversation."""
-
-    def __init__(self, stack: ExitStack, url: str, max_new_tokens: int):
-        from playwright.sync_api import sync_playwright
-
-        self.pw = stack.enter_context(sync_playwright())
-        self.browser = self.pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        stack.callback(self.browser.close)
-        self.page = self.browser.new_page(viewport={"width": 1500, "height": 1000})
-        self.page.goto(url)
-        self.page.wait_for_selector("#msg textarea", timeout=120_000)
-        self.page.fill("#max-new-tokens input", str(max_new_tokens))  # the chat's setting, as the other paths'
-        self.page.locator("#max-new-tokens input").blur()
-        self.page.evaluate(WATCH_JS)
-        self.clock = PageClock(self.page)
-        self.answers = 0
-
-    def ask(self, prompt: str, profile: bool = False) -> dict:
-        """One message and its answer, as the page saw it; ``profile``: with the page's JavaScript CPU profile."""
-        page = self.page
-        page.fill("#msg textarea", prompt)
-        self.answers += 1
-        with self.clock.spending(profile) as spent:
-            page.evaluate(SEND_JS, self.answers)
-            page.wait_for_function(FINISHED_JS, arg=self.answers, timeout=1_800_000, polling=200)
-        clock = page.evaluate("() => window.__bench")
-        tokens = int(self.stat("tokens"))
-        seconds = (clock["last"] - clock["click"]) / 1000
-        ttft = (clock["first"] - clock["click"]) / 1000 if clock["first"] else None
-        panel_decode = self.stat("decode tok/s")  # None on an app that does not show one
-        return {"tokens": tokens, "seconds": seconds, "ttft_s": ttft,
-                "decode_tokens_per_s": decode_rate(tokens, seconds, ttft),
-                "panel_tokens_per_s": float(self.stat("tokens/s")),
-                "panel_decode_tokens_per_s": None if panel_decode in (None, "–") else float(panel_decode), **spent}
-
-    def stat(self, label: str) -> str | None:
-        """A number of the stats panel, as shown (None: the panel has no such number)."""
-        found = self.page.locator(f'#stats [data-stat="{label}"] .stat-value')
-        return found.inner_text() if found.count() else None
-
-
 class Paths:
     """The four paths, each able to prime its KV cache with a history and to answer one turn."""
 
@@ -213,7 +145,7 @@ class Paths:
         self.client = stack.enter_context(httpx.Client())  # the text paths' client: one kept connection per server
         self.browser = Browser(stack, self.url, args.max_new_tokens) if "browser" in modes else None
         self.floor = None
-        if "floor" in modes:
+        if "floor" in modes or "floor-v1" in modes:
             from bench.speed.serving_floor import FloorPage
 
             self.floor = FloorPage(stack, self.browser.browser)
@@ -244,9 +176,10 @@ class Paths:
         if not history:
             return
         messages = [*history, {"role": "user", "content": PRIME}]
-        if mode == "v1":
+        if mode in ("v1", "floor-v1"):
             post_json(self.client, self.url + "/v1/chat/completions",
-                      {"messages": messages, "max_tokens": 1, "temperature": 0, "user": V1_USER})
+                      {"messages": messages, "max_tokens": 1, "temperature": 0,
+                       "user": BESIDE_USER if mode == "floor-v1" else V1_USER})
         elif mode == "engine":
             from engine.config import CACHE_OFF, DEFAULT_SPEC, SamplingConfig
 
@@ -262,9 +195,7 @@ class Paths:
         if mode == "browser":
             run = self.browser.ask(messages[-1]["content"], profile)
         elif mode == "v1":
-            run = stream_sse(self.client, self.url + "/v1/chat/completions",
-                             {"messages": messages, "max_tokens": self.max_new_tokens, "temperature": 0,
-                              "user": V1_USER, "stream_options": {"include_usage": True}})
+            run = self._v1_run(messages, V1_USER)
         elif mode == "engine":
             run = self._engine_run(messages)
         else:
@@ -283,6 +214,30 @@ class Paths:
         run = self.floor.ask(tokens, rate, profile)
         run["browser_cpu_s"] = cpu_seconds(chromium) - browser_cpu
         return run
+
+    def beside_floor_run(self, messages: list[dict], tokens: int, rate: float, wait_s: float) -> dict:
+        """The app's ``/v1`` answer (as its own user) while the floor page streams beside it: ``tokens`` spans at
+        ``rate`` (v1's answer alone: as many as it had, at its decode rate), and the spans ``rate`` makes in
+        ``wait_s`` (its first token's wait) more, so the page draws until the answer's last token. The answer runs
+        on a thread of its own (Playwright drives the page from this one); the CPU seconds the app and Chromium took
+        meanwhile, as for v1."""
+        app_cpu, chromium = cpu_seconds([self.app_pid]), chromium_pids()
+        browser_cpu, box = cpu_seconds(chromium), {}
+        answer = threading.Thread(target=lambda: box.update(self._v1_run(messages, BESIDE_USER)))
+        answer.start()
+        try:
+            self.floor.ask(tokens + math.ceil(rate * wait_s), rate)
+        finally:
+            answer.join()
+        if not box:
+            raise RuntimeError("the /v1 answer beside the floor page failed: see the app's log")
+        return {**box, "app_cpu_s": cpu_seconds([self.app_pid]) - app_cpu,
+                "browser_cpu_s": cpu_seconds(chromium) - browser_cpu}
+
+    def _v1_run(self, messages: list[dict], user: str) -> dict:
+        return stream_sse(self.client, self.url + "/v1/chat/completions",
+                          {"messages": messages, "max_tokens": self.max_new_tokens, "temperature": 0, "user": user,
+                           "stream_options": {"include_usage": True}})
 
     def _engine_run(self, messages: list[dict]) -> dict:
         from engine.config import CACHE_OFF, DEFAULT_SPEC, SamplingConfig

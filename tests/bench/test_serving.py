@@ -55,12 +55,26 @@ def test_the_summary_compares_the_pages_chromium_cpu_with_the_floors_on_the_firs
     assert ratios["Chromium CPU/token browser / floor, last answer"] == pytest.approx(4.0)
 
 
-def test_floor_needs_the_browser(tmp_path, capsys):
+def test_the_summary_compares_v1_beside_the_floor_page_with_v1_alone_and_with_the_browser():
+    runs = [{"mode": "browser", "turn": 0, "tokens": 90, "seconds": 10.0, "decode_tokens_per_s": 9.5,
+             "panel_tokens_per_s": 9.0},
+            {"mode": "v1", "turn": 0, "tokens": 100, "seconds": 10.0, "decode_tokens_per_s": 11.0},
+            {"mode": "floor-v1", "turn": 0, "tokens": 100, "seconds": 12.5, "decode_tokens_per_s": 10.0}]
+    ratios = serving.summarize(runs, ["browser", "v1", "floor-v1"])["ratios"]
+    assert ratios["v1 beside the floor page / v1"] == pytest.approx(0.8)
+    assert ratios["browser / v1 beside the floor page"] == pytest.approx(1.125)
+    assert ratios["browser / v1 beside the floor page (decode)"] == pytest.approx(0.95)
+
+
+@pytest.mark.parametrize("modes, said", [("v1,floor", "give browser too"),
+                                         ("browser,floor-v1", "give browser and v1 too"),
+                                         ("v1,floor-v1", "give browser and v1 too")])
+def test_the_floor_modes_need_the_paths_they_repeat(tmp_path, capsys, modes, said):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "prompt": "hi"}\n')
     with pytest.raises(SystemExit):
-        serving.main(["--prompts", str(prompts), "--modes", "v1,floor"])
-    assert "give browser too" in capsys.readouterr().err
+        serving.main(["--prompts", str(prompts), "--modes", modes])
+    assert said in capsys.readouterr().err
 
 
 @pytest.mark.real
@@ -84,19 +98,21 @@ def test_the_serving_bench_runs_every_path_on_one_conversation(tmp_path, llama_s
     assert result["setup"]["verify_mode"] == "fastest" and "V f16" in result["setup"]["target_runner"]
     runs = result["runs"]
     assert sorted({r["mode"] for r in runs}) == sorted(serving.MODES)
-    assert [r["turn"] for r in runs] == [0] * 5 + [1] * 5  # one conversation, every path at every turn
-    assert [r["mode"] for r in runs[:4]] != [r["mode"] for r in runs[5:9]]  # the order rotates
-    assert runs[4]["mode"] == runs[9]["mode"] == "floor"  # the browser's answer again, on the plain page
+    assert [r["turn"] for r in runs] == [0] * 6 + [1] * 6  # one conversation, every path at every turn
+    assert [r["mode"] for r in runs[:4]] != [r["mode"] for r in runs[6:10]]  # the order rotates
+    assert runs[4]["mode"] == runs[10]["mode"] == "floor"  # the browser's answer again, on the plain page
+    assert runs[5]["mode"] == runs[11]["mode"] == "floor-v1"  # v1's again, the plain page drawing beside it
     browser_tokens = [r["tokens"] for r in runs if r["mode"] == "browser"]
     assert [r["tokens"] for r in runs if r["mode"] == "floor"] == browser_tokens
-    assert all(r["browser_cpu_s"] > 0 for r in runs if r["mode"] == "floor")
+    assert all(r["browser_cpu_s"] > 0 for r in runs if r["mode"] in ("floor", "floor-v1"))
     assert "Chromium CPU/token browser / floor, last answer" in result["summary"]["ratios"]
     assert all(r["tokens"] > 0 and r["seconds"] > 0 for r in runs)
     assert all(r["ttft_s"] is not None for r in runs if r["mode"] != "floor")  # the floor page has no model
     browser = [r for r in runs if r["mode"] == "browser"]
     assert all(r["panel_tokens_per_s"] > 0 and r["browser_cpu_s"] > 0 for r in browser)
-    assert all(r["app_cpu_s"] > 0 for r in runs if r["mode"] in ("browser", "v1"))
-    assert {"browser / v1", "v1 / engine", "v1 / llama-server"} <= set(result["summary"]["ratios"])
+    assert all(r["app_cpu_s"] > 0 for r in runs if r["mode"] in ("browser", "v1", "floor-v1"))
+    assert {"browser / v1", "v1 / engine", "v1 / llama-server", "v1 beside the floor page / v1",
+            "browser / v1 beside the floor page"} <= set(result["summary"]["ratios"])
     # each page's main-thread seconds by kind, from Chromium's own clocks, and its profile on the first and last answer
     pages = [r for r in runs if r["mode"] in ("browser", "floor")]
     assert all(r["page_task_s"] > 0 and r["page_nodes"] > 0 for r in pages)

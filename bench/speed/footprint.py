@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.peer.server import LlamaServer, ServerConfig, find_llama_server
+from bench.speed.footprint_parts import launch_pair, memory_mb
 from bench.speed.launch_time import ROOT
 from bench.speed.serving_paths import launched_app
-from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.models.sources import gguf_file
 
 PROMPTS = ROOT / "bench" / "prompts" / "eval.jsonl"
@@ -44,16 +44,6 @@ class Footprint:
     rss_mb: float  # VmRSS after the job
     peak_mb: float  # VmHWM: the most it held
     command: str
-
-
-def memory_mb(pid: int) -> tuple[float, float]:
-    """(VmRSS, VmHWM) of ``pid`` in MB, from /proc/<pid>/status."""
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = int(value.split()[0]) / 1024  # kB
-    return fields["VmRSS"], fields["VmHWM"]
 
 
 def prompts(n: int) -> list[str]:
@@ -118,21 +108,12 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     return args, launch_args
 
 
-def _pair(launch_args: list[str]) -> tuple[str, str]:
-    """The target and draft launch.py loads with ``launch_args`` (its defaults: the catalog's pair)."""
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--target", default=DEFAULT_TARGET)
-    p.add_argument("--draft", default=DEFAULT_DRAFT)
-    known, _ = p.parse_known_args(launch_args)
-    return known.target, known.draft
-
-
 def main(argv: list[str] | None = None) -> list[Footprint]:
     args, launch_args = parse_args(argv)
     binary = find_llama_server(args.llama_server)
     if binary is None:
         raise SystemExit("no llama-server found: bash scripts/build_llama_tools.sh, or pass --llama-server PATH")
-    target, draft = (gguf_file(name) for name in _pair(launch_args))
+    target, draft = (gguf_file(name) for name in launch_pair(launch_args))
     threads = args.threads or os.cpu_count() or 1
     rows = []
     with tempfile.TemporaryDirectory(prefix="speclens-footprint-") as cache_dir:

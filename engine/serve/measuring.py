@@ -178,9 +178,28 @@ class Measurer:
         self._done = threading.Event()
         self._done.set()
 
+    def beside(self, work: Callable[[], object], name: str) -> None:
+        """``work`` (a switch the figures chose: fastest's settings) on a thread of its own, waited for as a
+        measurement is; a measurement it starts is waited for next."""
+        done = self._done = threading.Event()
+
+        def run():
+            try:
+                work()
+            finally:
+                done.set()
+        threading.Thread(target=run, daemon=True, name=name).start()
+
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the current measurement has a result installed (quiet or busy); False on timeout."""
-        return self._done.wait(timeout)
+        """Block until the current measurement has a result installed (quiet or busy), and a switch it chose (with
+        the measurement that switch started) has run; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            done = self._done
+            if not done.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                return False
+            if done is self._done:  # nothing began meanwhile
+                return True
 
     def _run(self, models, stop: threading.Event, done: threading.Event, retry: bool) -> None:
         step = idle_step(self.lock, models, self.idle_s, stop, alive=lambda: self._install() is not None)

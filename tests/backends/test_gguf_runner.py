@@ -5,7 +5,6 @@ in tests/backends/test_runner_contract.py."""
 from __future__ import annotations
 
 import json
-import time
 from types import SimpleNamespace
 from pathlib import Path
 
@@ -224,11 +223,9 @@ def test_a_loaded_pair_whose_figures_choose_fastest_goes_on_with_fastests_settin
     assert again.target.backend.settings == expected
     served = ChatEngine(cache_dir=cache_dir)  # as launch.py's: it serves at once, and switches on a thread
     assert served.load_pair(SMOL, SMOL, "gguf", "gguf").measuring  # no claim until fastest's settings run
-    waited = 0
-    while (served.target.backend.settings != expected or served.info().verify_mode != "fastest") and waited < 600:
-        time.sleep(0.1)
-        waited += 1
-    assert served.target.backend.settings == expected and served.info().verify_mode == "fastest"
+    settled = served.wait_measured(timeout=60)  # what launch.py waits for to print the figures: the switch too
+    assert not settled.measuring and "kept for these model files" in settled.checks_note
+    assert served.target.backend.settings == expected and settled.verify_mode == "fastest"
     handed = ChatEngine(cache_dir=cache_dir, measure_beside=False)
     handed.use_models(loading.load_model(SMOL, "gguf", cache_dir=cache_dir), again.draft)
     assert handed.target.backend.settings == llama_cpp.GgufSettings()

@@ -89,7 +89,7 @@ def run_bench(paths: Paths, prompts: list[dict], modes: list[str], profile_dir: 
                 paths.prime("floor-v1", history)
                 run = paths.beside_floor_run(messages, alone["tokens"], alone["decode_tokens_per_s"] or 15.0,
                                              alone["ttft_s"] or 0.0)
-                texts["floor-v1"] = run.pop("text", None)
+                run.pop("text", None)  # the history goes on with v1's own answer
                 runs.append({"id": item["id"], "kind": item.get("kind", ""), "turn": i, "mode": "floor-v1", **run})
                 bar.update()
             # the history goes on with the app's own answer (v1's, else the engine's or llama-server's); the browser

@@ -190,22 +190,23 @@ class Paths:
                       {"prompt": self.engine.encode(messages), "max_tokens": 1, "temperature": 0, "cache_prompt": True})
 
     def run(self, mode: str, messages: list[dict], profile: bool = False) -> dict:
+        if mode == "browser":
+            return self._with_cpu(lambda: self.browser.ask(messages[-1]["content"], profile))
+        if mode == "v1":
+            return self._with_cpu(lambda: self._v1_run(messages, V1_USER))
+        if mode == "engine":
+            return self._engine_run(messages)
+        return stream_sse(self.client, self.peer.url + "/v1/completions",
+                          {"prompt": self.engine.encode(messages), "max_tokens": self.max_new_tokens,
+                           "temperature": 0, "top_k": 1, "cache_prompt": True})
+
+    def _with_cpu(self, answer) -> dict:
+        """``answer()``'s run, with the CPU seconds the app and Chromium took meanwhile."""
         app_cpu, chromium = cpu_seconds([self.app_pid]), chromium_pids()
         browser_cpu = cpu_seconds(chromium)
-        if mode == "browser":
-            run = self.browser.ask(messages[-1]["content"], profile)
-        elif mode == "v1":
-            run = self._v1_run(messages, V1_USER)
-        elif mode == "engine":
-            run = self._engine_run(messages)
-        else:
-            run = stream_sse(self.client, self.peer.url + "/v1/completions",
-                             {"prompt": self.engine.encode(messages), "max_tokens": self.max_new_tokens,
-                              "temperature": 0, "top_k": 1, "cache_prompt": True})
-        if mode in ("browser", "v1"):
-            run["app_cpu_s"] = cpu_seconds([self.app_pid]) - app_cpu
-            run["browser_cpu_s"] = cpu_seconds(chromium) - browser_cpu
-        return run
+        run = answer()
+        return {**run, "app_cpu_s": cpu_seconds([self.app_pid]) - app_cpu,
+                "browser_cpu_s": cpu_seconds(chromium) - browser_cpu}
 
     def floor_run(self, tokens: int, rate: float, profile: bool = False) -> dict:
         """The floor page's answer of ``tokens`` spans at ``rate``, and the CPU seconds Chromium took meanwhile."""
@@ -221,18 +222,19 @@ class Paths:
         ``wait_s`` (its first token's wait) more, so the page draws until the answer's last token. The answer runs
         on a thread of its own (Playwright drives the page from this one); the CPU seconds the app and Chromium took
         meanwhile, as for v1."""
-        app_cpu, chromium = cpu_seconds([self.app_pid]), chromium_pids()
-        browser_cpu, box = cpu_seconds(chromium), {}
+        return self._with_cpu(lambda: self._beside_floor(messages, tokens + math.ceil(rate * wait_s), rate))
+
+    def _beside_floor(self, messages: list[dict], spans: int, rate: float) -> dict:
+        box = {}
         answer = threading.Thread(target=lambda: box.update(self._v1_run(messages, BESIDE_USER)))
         answer.start()
         try:
-            self.floor.ask(tokens + math.ceil(rate * wait_s), rate)
+            self.floor.ask(spans, rate)
         finally:
             answer.join()
         if not box:
             raise RuntimeError("the /v1 answer beside the floor page failed: see the app's log")
-        return {**box, "app_cpu_s": cpu_seconds([self.app_pid]) - app_cpu,
-                "browser_cpu_s": cpu_seconds(chromium) - browser_cpu}
+        return box
 
     def _v1_run(self, messages: list[dict], user: str) -> dict:
         return stream_sse(self.client, self.url + "/v1/chat/completions",

@@ -48,7 +48,7 @@ def test_the_overhead_table_is_read_by_its_header_whatever_lines_come_above(monk
 @real
 def test_overhead_reports_the_share_of_each_step_outside_the_forwards(capsys, tmp_path):
     from bench.speed.overhead import main
-    main(["--target", SMOL, "--draft", SMOL, "--dtype", "int4", "--draft-dtype", "int4", "--max-new-tokens", "8",
+    main(["--target", SMOL, "--draft", SMOL, "--dtype", "gguf", "--draft-dtype", "gguf", "--max-new-tokens", "8",
           "--json", str(tmp_path / "o.json")])
     rows = {r["mode"]: r for r in json.loads((tmp_path / "o.json").read_text())["rows"]}
     assert set(rows) == {"target", "default"}

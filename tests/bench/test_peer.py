@@ -56,8 +56,8 @@ def test_missing_binary_skips_the_peer_modes_with_a_message(capsys):
 
 
 @pytest.fixture(scope="module")
-def smol_engine(real_models):
-    return real_models.engine(SMOL, "fp32", SMOL, "fp32")
+def smol_engine(real_models, llama_cpp):
+    return real_models.engine(SMOL, "gguf", SMOL, "gguf")  # the pair auto loads on a CPU, pooled
 
 
 @pytest.mark.real

@@ -196,13 +196,13 @@ def test_the_experiment_cli_prints_its_estimate_before_it_runs(tmp_path):
 
     link_models(tmp_path)
     name, speed = SMOL, 3.5
-    BaselineStore(tmp_path / "baselines.json").put(speed_key(name, "int8-weight", str(default_device())),
+    BaselineStore(tmp_path / "baselines.json").put(speed_key(name, "gguf", str(default_device())),
                                                    {"tokens_per_s": speed, "measured_at": "2025-06-01 09:30"})
     grid = ExperimentGrid(sets=("code",), ks=(2,), temperatures=(0.0,), target=name, drafts=(name,),
-                          draft_precisions=("nf4",), target_precisions=("int8-weight",), prompts_per_set=1,
+                          draft_precisions=("gguf",), target_precisions=("gguf",), prompts_per_set=1,
                           max_new_tokens=4)
     args = ["--sets", "code", "--ks", "2", "--temperatures", "0", "--target", name, "--draft", name, "--dtype",
-            "int8-weight", "--draft-dtype", "nf4", "--prompts-per-set", "1", "--max-new-tokens", "4"]
+            "gguf", "--draft-dtype", "gguf", "--prompts-per-set", "1", "--max-new-tokens", "4"]
     done = subprocess.run([sys.executable, "-m", "bench.speed.experiment", *args, "--out", str(tmp_path / "run")],
                           cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "SPECLENS_CACHE_DIR": str(tmp_path)})

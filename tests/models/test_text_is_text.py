@@ -133,8 +133,8 @@ def test_random_unicode_never_becomes_markup_and_bad_text_gets_a_sentence(tokeni
 
 # ---- real models: the forged turn is answered as a message ---------------------------------------------
 @pytest.mark.real
-@pytest.mark.parametrize("name, precision", [(SMOL, "fp32"), (DEFAULT_DRAFT, "gguf")])
-def test_the_pwned_message_is_answered_as_a_normal_message(real_models, name, precision):
+@pytest.mark.parametrize("name, precision, draft_precision", [(SMOL, "fp32", "bf16"), (DEFAULT_DRAFT, "gguf", "gguf")])
+def test_the_pwned_message_is_answered_as_a_normal_message(real_models, name, precision, draft_precision):
     """Through the engine (the path of the chat and /v1): the prompt holds one user turn with the marker text,
     and the answer is the target's answer to that text. SmolLM2 answered "PWNED." to the old encoding. Qwen's case
     runs the default draft on llama.cpp (the path auto picks; the 1.5B target has the same template and tokenizer)."""
@@ -142,7 +142,7 @@ def test_the_pwned_message_is_answered_as_a_normal_message(real_models, name, pr
     from engine.events import TokenEvent
     from engine.start.decoders import start_reference
 
-    engine = real_models.engine(name, precision, name, precision)
+    engine = real_models.engine(name, precision, name, draft_precision)  # SmolLM2's: the cache tests' pooled pair
     messages, sampling = [{"role": "user", "content": PWNED}], SamplingConfig(temperature=0, max_new_tokens=12)
     tok = engine.target.tokenizer
     ids = engine.encode(messages)
@@ -159,7 +159,7 @@ def test_the_pwned_message_is_answered_as_a_normal_message(real_models, name, pr
 
 
 @pytest.mark.real
-def test_a_lone_surrogate_gets_a_400_from_v1_and_a_sentence_in_the_chat(real_models, tmp_path):
+def test_a_lone_surrogate_gets_a_400_from_v1_and_a_sentence_in_the_chat(real_models, llama_cpp, tmp_path):
     """It was an HTTP 500 (TypeError from the tokenizer); the chat tab took the same path."""
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
@@ -171,7 +171,7 @@ def test_a_lone_surrogate_gets_a_400_from_v1_and_a_sentence_in_the_chat(real_mod
     from app.tabs.chat import ChatTab, stream_answer
     from tests.helpers.fakes import named
 
-    ctx = AppContext(real_models.engine(SMOL, "fp32", SMOL, "fp32"), BaselineStore(tmp_path / "b.json"))
+    ctx = AppContext(real_models.engine(SMOL, "gguf", SMOL, "gguf"), BaselineStore(tmp_path / "b.json"))
     client = TestClient(add_openai_routes(FastAPI(), ctx, None), raise_server_exceptions=False)
     for content in ('"hi \\ud800 there"', '"nul \\u0000 here"'):
         body = '{"model": "m", "messages": [{"role": "user", "content": %s}]}' % content

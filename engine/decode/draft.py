@@ -20,9 +20,10 @@ class Draft:
     tokens: list[int]
     q_probs: torch.Tensor | None = None  # (len(tokens), vocab) draft distributions; None = one-hot draft
     source: str = ""  # who drafted it (a proposer's name; a composite proposer's draft names its part)
-    # why known text is drafted, for pricing (engine/decode/kpolicy.py FreeDrafts learns an acceptance per source and
-    # evidence): "following" (the answer took the source's last span whole and goes on with it), "start" (a
-    # prediction's first span), "match-<n>" (found again after an n-token match); "" for a model's draft
+    # why known text is drafted, for pricing (engine/decode/free_drafts.py FreeDrafts learns each source's and each
+    # evidence class's record): "following" (the answer took the source's last span whole and goes on with it),
+    # "rejoined" (the last span was cut to nothing and the target's token is the source's), "start" (a prediction's
+    # first span), "match-<n>" (found again after an n-token match); "" for a model's draft
     evidence: str = ""
     fed: int = 0  # tokens a draft model's forwards took to make it: its catch-up, then its drafted tokens but the last
 

@@ -8,8 +8,9 @@ probes with a short draft every ``probe_every`` steps. Both policies keep the fi
 
 Free drafts (one-hot: a prompt lookup, a prediction, a cached answer) cost nothing to make but each token still
 widens the verify forward, which on compute-bound hardware costs ``verify_per_token_s`` apiece. Both policies price
-them (``FreeDrafts``) on the measured curve (up to FREE_SPAN tokens) at zero draft cost, with the acceptance of
-their evidence class (a source, and whether the answer is following it or it was found again by a match): a span
+them (``FreeDrafts``, engine/decode/free_drafts.py) on the measured curve (up to FREE_SPAN tokens) at zero draft
+cost, by what the answer did with the recent spans of their evidence class (a source, and whether the answer is
+following it or it was found again by a match): a span
 is cut to the length whose expected tokens pay for its width, and where none pays the step is target-only, with a
 short probe now and then. Probes back off (8, 16, 32, 64 steps) while they keep finding a loss: no proposer runs at a
 loss for long. A fixed k with a draft model is the one exception, on purpose: an experiment shows what it costs.
@@ -27,108 +28,11 @@ from typing import Protocol
 
 from engine.config import FREE_PROPOSERS, FREE_SPAN, SpecConfig
 from engine.costs.costmodel import CostFit, StepCosts
+from engine.decode.free_drafts import ALPHA_CEILING, Backoff, FreeDrafts
 from engine.decode.step import StepBudget, StepRecord
 
 
-ALPHA_CEILING = 0.9  # the best per-token acceptance a draft model is credited with when asking if it could ever pay
 HORIZON = 64  # tokens a catch-up is paid back over when the answer's room is not known
-
-
-class Backoff:
-    """When to probe a losing proposer again: every ``base`` steps, doubling up to ``most`` while probes keep
-    finding a loss; ``paid`` starts over."""
-
-    def __init__(self, base: int = 8, most: int = 64):
-        self.base, self.most = base, most
-        self.every, self.waited = base, 0
-
-    def due(self) -> bool:
-        """Count one losing step; True when it is the probe's turn (and the next probe waits longer)."""
-        self.waited += 1
-        if self.waited < self.every:
-            return False
-        self.waited, self.every = 0, min(self.every * 2, self.most)
-        return True
-
-    def paid(self) -> None:
-        self.every, self.waited = self.base, 0
-
-
-class _Counts:
-    """Decayed counts of accepted and rejected free-draft tokens, and when to probe again."""
-
-    def __init__(self, probe_every: int):
-        self.accepted = self.rejected = 0.0
-        self.probes = Backoff(probe_every)
-
-    def add(self, decay: float, accepted: int, rejected: int) -> None:
-        self.accepted = decay * self.accepted + accepted
-        self.rejected = decay * self.rejected + rejected
-
-    def alpha(self, prior: float, weight: float) -> float:
-        """The acceptance these counts say, starting from ``prior`` worth ``weight`` tokens."""
-        return (self.accepted + prior * weight) / (self.accepted + self.rejected + weight)
-
-
-class FreeDrafts:
-    """Prices one-hot drafts (known text) on the measured curve by their evidence: each class (a source and why it
-    drafts, ``Draft.evidence_class``: a prediction the answer is following, a prompt lookup after a 3-token match, ...)
-    learns its own decayed acceptance. Known text is copied or it is not: a span the answer has followed so far is
-    likely followed on (a strong prior, FOLLOWING); any other class starts from what its source has shown so far (all
-    its classes pooled, from a weak PRIOR worth one token), so a right prediction is verified wide from its first
-    followed span and a wrong source stops after a failed span or two, probed now and then (``Backoff``, per class)
-    so that its acceptance stays measured."""
-    MOST = FREE_SPAN  # the longest free draft considered
-    # (acceptance, weight in tokens) of a class whose source has no record yet: below what a wide span needs even
-    # where t(16) is cheap, so an unproven match is not a wide gamble (a failed wide verify costs several forwards);
-    # it is drafted once the answer follows it (FOLLOWING) or its source has paid (docs/bench.md, "The prior of an
-    # unproven match")
-    PRIOR = (0.65, 1.0)
-    FOLLOWING = (0.95, 2.0)  # the answer took this source's last span whole
-
-    def __init__(self, probe_every: int = 8, decay: float = 0.8):
-        self.decay, self.probe_every = decay, probe_every
-        self.classes: dict[str, _Counts] = {}
-        self.sources: dict[str, _Counts] = {}
-
-    def _counts(self, table: dict[str, _Counts], key: str) -> _Counts:
-        found = table.get(key)
-        if found is None:
-            found = table[key] = _Counts(self.probe_every)
-        return found
-
-    def alpha(self, evidence: str = "") -> float:
-        """The acceptance a draft of class ``evidence`` is priced with."""
-        if evidence.endswith("/following"):
-            prior = self.FOLLOWING
-        else:
-            source = self.sources.get(evidence.split("/")[0])
-            prior = (source.alpha(*self.PRIOR), self.PRIOR[1]) if source else self.PRIOR
-        return self._counts(self.classes, evidence).alpha(*prior)
-
-    def limit(self, costs: StepCosts | None, evidence: str = "", most: int = FREE_SPAN) -> int | None:
-        """The free-draft length (up to ``most``: the draft's length, the room) with the most expected tokens per
-        second for a draft of class ``evidence``, 0 where none beats a target-only step (then now and then a probe,
-        so its acceptance stays measured: the shortest span that would pay if ALPHA_CEILING of it were right; none
-        where no span could); None until costs are known. Priced among the lengths that can be kept: where the curve
-        has a bump (t(8) above t(16)), the best of all lengths cut to ``most`` may be one of the worst."""
-        if costs is None:
-            return None
-        most = min(most, self.MOST)
-        free = replace(costs, draft_per_token_s=0.0)
-        best = free.best_k(self.alpha(evidence), list(range(most + 1)))
-        probes = self._counts(self.classes, evidence).probes
-        if best:
-            probes.paid()
-            return best
-        if not probes.due():  # most losing steps: no pricing of a probe on the token loop
-            return 0
-        return next((k for k in range(1, most + 1) if free.speedup(ALPHA_CEILING, k) > 1.0), 0)
-
-    def update(self, step: StepRecord) -> None:
-        if step.free and step.n_drafted:
-            for table, key in ((self.classes, step.evidence), (self.sources, step.evidence.split("/")[0])):
-                self._counts(table, key).add(self.decay, step.n_accepted, step.rejected)
 
 
 class KPolicy(Protocol):

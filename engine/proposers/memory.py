@@ -23,6 +23,7 @@ import torch
 from engine.config import SamplingConfig
 from engine.decode.draft import EMPTY_DRAFT, Draft, Proposer
 from engine.decode.step import StepBudget
+from engine.proposers.prediction import following
 
 KEY = 4  # tokens a match needs at least; the index's n-gram
 MAX_MATCH = 16  # a longer match says no more: the evidence classes stop there
@@ -131,6 +132,7 @@ class MemoryProposer:
     def __init__(self, memory: AnswerMemory, fallback: Proposer):
         self.memory, self.fallback = memory, fallback
         self._last: tuple[int, int, int] | None = None  # (context length, text id, position) of the last span
+        self._run = 0  # tokens the answer has agreed with that text on, up to the position
 
     def reset(self, prompt_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
         self._last = None
@@ -142,11 +144,11 @@ class MemoryProposer:
     def propose(self, context_ids: list[int], budget: StepBudget) -> Draft:
         """Up to the budget's span (free to make: the budget cuts it to what its evidence pays); with no span (no
         room this step) a place found is kept and nothing drafted, so the answer may be found following it."""
-        place = self._following(context_ids)
-        evidence = "following"
+        place, evidence = self._following(context_ids)
         if place is None:
             found = self.memory.match(context_ids)
             place, evidence = (None, "") if found is None else (found[:2], f"match-{found[2]}")
+            self._run = 0 if found is None else found[2]
         tokens = self.memory.text(*place, max(budget.span, 1)) if place else []
         if tokens and not budget.span:
             self._last = (len(context_ids), *place)
@@ -157,13 +159,15 @@ class MemoryProposer:
         self._last = (len(context_ids), *place)
         return Draft(tokens, source=self.name, evidence=evidence)
 
-    def _following(self, context_ids: list[int]) -> tuple[int, int] | None:
+    def _following(self, context_ids: list[int]) -> tuple[tuple[int, int] | None, str]:
         """Where the answer stands in the text it followed last: past that span's tokens the answer took, when it
-        took all it has fed since (its own next token included)."""
+        took all it has fed since (its own next token included), and whether it is "following" or "rejoined" it
+        (engine/proposers/prediction.py ``following``)."""
         if self._last is None:
-            return None
+            return None, ""
         at, text_id, start = self._last
         new = context_ids[at:]
         if new and self.memory.text(text_id, start, len(new)) == new:
-            return text_id, start + len(new)
-        return None
+            self._run += len(new)
+            return (text_id, start + len(new)), following(len(new), self._run)
+        return None, ""

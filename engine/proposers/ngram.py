@@ -3,7 +3,7 @@
 Costs no model call, and its drafts are one-hot (``q_probs=None``). It pays most on edits and rewrites,
 where the answer copies long spans of the prompt. Its evidence (``Draft.evidence``) is the match's length: a suffix
 of FOLLOWING_MATCH tokens or more found again says the answer is copying that text, as a prediction or a memory the
-answer took whole does, and is priced as "following" (engine/decode/kpolicy.py ``FreeDrafts``); shorter matches
+answer took whole does, and is priced as "following" (engine/decode/free_drafts.py ``FreeDrafts``); shorter matches
 ("match-<n>") each learn their own acceptance, which on code is often low (indentation and ``self.`` repeat with
 other continuations).
 """

@@ -17,6 +17,7 @@ from engine.backends.contract import common_prefix
 from engine.config import SamplingConfig
 from engine.decode.draft import Draft, Proposer
 from engine.decode.step import StepBudget
+from engine.proposers.ngram import FOLLOWING_MATCH
 
 
 def find_match(context: list[int], prediction: list[int], anchor: int, min_ngram: int = 3,
@@ -46,6 +47,14 @@ def _occurrences(text: list[int], pattern: list[int]) -> list[int]:
         i += 1
 
 
+def following(new: int, run: int) -> str:
+    """The evidence of an answer that took all ``new`` tokens fed since a known text's last span, ``run`` tokens of
+    agreement in all: "following" where it took a span whole (its own next token with it) or has agreed on
+    FOLLOWING_MATCH tokens (as a lookup's match that long says); "rejoined" where that span was cut to nothing and
+    only the target's one token agrees: weaker, and priced apart (engine/decode/free_drafts.py)."""
+    return "following" if new > 1 or run >= FOLLOWING_MATCH else "rejoined"
+
+
 class PredictionProposer:
     name = "prediction"
 
@@ -55,9 +64,10 @@ class PredictionProposer:
         self.prompt_len = 0
         self.anchor = 0  # the last place the answer was known to follow the prediction
         self._last: tuple[int, int] | None = None  # (context length, place) of the span proposed last
+        self._run = 0  # tokens the answer has agreed with the prediction on, up to the place
 
     def reset(self, prompt_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
-        self.prompt_len, self.anchor, self._last = len(prompt_ids), 0, None
+        self.prompt_len, self.anchor, self._last, self._run = len(prompt_ids), 0, None, 0
         self.fallback.reset(prompt_ids, sampling, generator)
 
     def behind(self, context_ids: list[int]) -> int:
@@ -75,14 +85,17 @@ class PredictionProposer:
 
     def _place(self, context_ids: list[int]) -> tuple[int | None, str]:
         """Where the answer stands in the prediction, and the evidence: past the last span when the target took all
-        of it and its own next token is the prediction's too ("following"); at the start before the answer's first
-        token ("start"); else found again by an n-token match ("match-<n>")."""
+        of it and its own next token is the prediction's too ("following"; ``following`` says when it is only
+        "rejoined"); at the start before the answer's first token ("start"); else found again by an n-token match
+        ("match-<n>")."""
         if self._last is not None:
             at, place = self._last
             new = context_ids[at:]
             if common_prefix(new, self.prediction[place:place + len(new)]) == len(new):
-                return place + len(new), "following"
+                self._run += len(new)
+                return place + len(new), following(len(new), self._run)
         elif len(context_ids) == self.prompt_len:
             return 0, "start"
         found = find_match(context_ids[self.prompt_len:], self.prediction, self.anchor)
+        self._run = 0 if found is None else found[1]
         return (None, "") if found is None else (found[0], f"match-{found[1]}")

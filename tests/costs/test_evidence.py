@@ -1,10 +1,12 @@
-"""Known text priced by its evidence (engine/decode/kpolicy.py FreeDrafts): a prediction the answer follows is
+"""Known text priced by its evidence (engine/decode/free_drafts.py FreeDrafts): a prediction the answer follows is
 verified in wide spans from its first followed span, a wrong one is dropped within a few narrow steps, and each
 source and evidence class learns apart. Fixed costs: the decisions a machine with this curve would make, no clock."""
 from __future__ import annotations
 
+import pytest
+
 from engine.config import SamplingConfig
-from engine.decode.kpolicy import FreeDrafts
+from engine.decode.free_drafts import FreeDrafts
 from engine.decode.step import StepRecord
 from engine.decode.reference import reference_generate
 from engine.decode.speculative import speculative_generate
@@ -51,11 +53,35 @@ def test_a_wrong_source_is_dropped_within_a_few_spans_and_its_other_classes_star
     assert free.limit(CURVE, "prediction/following") > 0  # but an answer that follows it is still believed
 
 
+CHEAP_WIDE = on_curve(((1, 1.0), (2, 2.07), (4, 2.73), (8, 3.9), (16, 4.16), (32, 6.1), (64, 10.1)), one=0.0314)
+
+
+@pytest.mark.parametrize("curve", [CURVE, CHEAP_WIDE], ids=["zen3", "zen5"])
+def test_spans_the_answer_leaves_after_a_few_tokens_are_narrowed_within_two_spans_after_a_long_one(curve):
+    """Known text is copied or it is not. After a 21-token span taken whole, spans the answer leaves after 1-3 tokens
+    (an edit that rewrites most lines: edit20-async) are cut within two spans to the narrow widths their runs pay for,
+    where a per-token acceptance (24 of 25 tokens taken: 0.96) kept verifying 15 wide on the cheap-wide curve; a span
+    the answer then follows is still verified wide; and once its probes are taken whole again, the class widens."""
+    free = FreeDrafts()
+    free.update(free_step("prediction/rejoined", 21, 21))
+    widths = []
+    for run in (3, 3, 2, 1, 2):
+        widths.append(free.limit(curve, "prediction/rejoined"))
+        free.update(free_step("prediction/rejoined", widths[-1], min(run, max(widths[-1] - 1, 0))))
+    assert widths[0] >= 15 and max(widths[2:]) <= 4, widths
+    assert free.limit(curve, "prediction/following") >= 15
+    for _ in range(20):  # a probe after 8 losing steps (Backoff), then spans taken whole
+        width = free.limit(curve, "prediction/rejoined")
+        if width:
+            free.update(free_step("prediction/rejoined", width, width))
+    assert width >= 15
+
+
 def test_an_unproven_match_is_not_a_wide_gamble_where_wide_verifies_are_cheap():
     """A curve with t(16) at 4.2 one-token forwards (2 Zen 5 cores, the identity settings): a 3-token match of a source
     with no record yet is not drafted (a failed 15-token verify costs 3 forwards, 5% of a 96-token answer), a span
     the answer follows is verified wide at once, and once the source has paid its matches are drafted too."""
-    cheap_wide = on_curve(((1, 1.0), (2, 2.07), (4, 2.73), (8, 3.9), (16, 4.16), (32, 6.1), (64, 10.1)), one=0.0314)
+    cheap_wide = CHEAP_WIDE
     free = FreeDrafts()
     assert free.limit(cheap_wide, "lookup/match-3") == 0
     assert free.limit(cheap_wide, "prediction/following") >= 15

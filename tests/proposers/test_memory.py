@@ -48,6 +48,9 @@ def test_the_proposer_follows_a_text_while_the_answer_takes_it_then_falls_back()
     assert draft.tokens == [16, 17, 18, 19, 20] and draft.evidence == "following"
     draft = proposer.propose([8, 1, 2, 3, 4, 10, 11, 12, 13, 14, 15, 16, 99], budget(3, 5))  # departed: nothing matches
     assert draft.source != "memory"
+    proposer.propose([7, 1, 2, 3, 4], budget(3, 5))  # found again by a 4-token match
+    draft = proposer.propose([7, 1, 2, 3, 4, 10], budget(3, 5))  # that span cut to nothing: one plain token agrees
+    assert draft.tokens == [11, 12, 13, 14, 15] and draft.evidence == "rejoined"
 
 
 def _tokens(events) -> list[int]:

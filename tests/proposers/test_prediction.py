@@ -48,6 +48,28 @@ def test_the_prediction_is_followed_then_found_again_after_the_answer_departs():
     assert proposer.propose(PROMPT + [10, 11, 12, 99, 14, 15, 16, 17, 18], budget(4, 3)).tokens == []  # the prediction is used up
 
 
+def test_an_answer_back_on_the_prediction_by_one_plain_token_has_rejoined_it_until_it_agrees_long_enough():
+    """A span cut to nothing (the policy priced it out) and the target's one token is the prediction's: "rejoined",
+    weaker than a span taken whole and priced apart (an edit that rewrites most lines agrees a token at a time);
+    after FOLLOWING_MATCH tokens of agreement, or a span taken whole with the target's own next token, "following"."""
+    prediction = list(range(10, 60))
+    proposer = _proposer(prediction)
+    proposer.propose(PROMPT + [99], budget(4, 8))  # words of its own: nothing
+    answer = PROMPT + [99, 20, 21, 22]
+    assert proposer.propose(answer, budget(4, 8)).evidence == "match-3"
+    evidence = []
+    for token in range(23, 30):  # one plain target token a step, each the prediction's
+        answer = answer + [token]
+        evidence.append(proposer.propose(answer, budget(4, 8)).evidence)
+    assert evidence == ["rejoined"] * 4 + ["following"] * 3  # 3 matched + 5 taken: FOLLOWING_MATCH tokens
+    answer = answer + [98]  # departed (the target's correction)
+    assert proposer.propose(answer, budget(4, 8)).source != "prediction"
+    answer = answer + [40, 41, 42]
+    assert proposer.propose(answer, budget(4, 8)).evidence == "match-3"  # found again elsewhere
+    draft = proposer.propose(answer + [43, 44], budget(4, 8))  # a span taken whole, and the target's next token
+    assert draft.evidence == "following" and draft.tokens[0] == 45
+
+
 def test_an_answer_that_opens_with_words_of_its_own_finds_the_prediction_later():
     proposer = _proposer([10, 11, 12, 13, 14, 15])
     assert proposer.propose(PROMPT, budget(4, 8)).tokens == [10, 11, 12, 13, 14, 15]

@@ -40,7 +40,7 @@ def brute_force_lookup(context, k, max_ngram=4, min_ngram=2, source=None):
 
 
 def test_a_lookup_match_of_eight_tokens_is_evidence_that_the_answer_copies():
-    """The match's length is the lookup's evidence (kpolicy's FreeDrafts prices each class): a suffix found again
+    """The match's length is the lookup's evidence (free_drafts' FreeDrafts prices each class): a suffix found again
     FOLLOWING_MATCH tokens long is priced as following, a shorter one by its length."""
     text = list(range(100, 120))
     long = NgramProposer().propose(text + [1] + text[:FOLLOWING_MATCH], budget(span=4))

@@ -57,7 +57,12 @@ class StepCosts:
 
     def best_k(self, alpha: float, candidates: list[int]) -> int:
         """The candidate with the most expected tokens per second (ties: the shorter draft)."""
-        return max(sorted(candidates), key=lambda k: (self.tokens_per_s(alpha, k), -k))
+        return self.best_of({k: expected_tokens(alpha, k) for k in candidates})
+
+    def best_of(self, yields: dict[int, float]) -> int:
+        """The draft length k with the most tokens per second, ``yields[k]`` the tokens a step drafting k is expected
+        to give (the target's own included), however that was estimated (ties: the shorter draft)."""
+        return max(sorted(yields), key=lambda k: (yields[k] / self.step_s(k), -k))
 
 
 def interpolate(table: tuple[tuple[int, float], ...], n: float) -> float:

@@ -8,7 +8,7 @@ from collections import deque
 from dataclasses import replace
 
 from engine.config import FREE_SPAN
-from engine.costs.costmodel import StepCosts
+from engine.costs.costmodel import StepCosts, expected_tokens
 from engine.decode.step import StepRecord
 
 
@@ -85,10 +85,7 @@ class _Runs:
 
 def _geometric(alpha: float, most: int) -> list[float]:
     """For k = 0..most, the tokens of a k-token span taken when each is taken with probability ``alpha``."""
-    sums = [0.0]
-    for i in range(1, most + 1):
-        sums.append(sums[-1] + alpha ** i)
-    return sums
+    return [expected_tokens(alpha, k) - 1.0 for k in range(most + 1)]
 
 
 class FreeDrafts:
@@ -140,8 +137,7 @@ class FreeDrafts:
             return None
         most = min(most, self.MOST)
         free = replace(costs, draft_per_token_s=0.0)
-        taken = self.expected(evidence, most)
-        best = max(range(most + 1), key=lambda k: ((1.0 + taken[k]) / free.step_s(k), -k))
+        best = free.best_of({k: 1.0 + taken for k, taken in enumerate(self.expected(evidence, most))})
         probes = self._runs(evidence).probes
         if best:
             probes.paid()

@@ -57,38 +57,43 @@ NOISE_S = 0.002  # differences below this are a timer's and a scheduler's noise,
 MAX_ROUNDS = 4
 
 
-def agreed_costs(measure, max_rounds: int = MAX_ROUNDS, agree: float = AGREE) -> tuple[dict[int, float], int, float]:
+def agreed_costs(measure, max_rounds: int = MAX_ROUNDS, agree: float = AGREE,
+                 busy: Callable[[], bool] = lambda: False) -> tuple[dict[int, float], int, float]:
     """``measure()`` (seconds per width) repeated until two rounds in a row agree within ``agree`` at every width,
     at most ``max_rounds`` times; the per-width minimum of those two (noise only adds time), the rounds run, and the
     spread of the last two rounds (the largest relative difference at a width: within ``agree`` when they agreed).
-    One load on a busy machine measured twice the cost of another: a single round is not a measurement."""
+    One load on a busy machine measured twice the cost of another: a single round is not a measurement.
+    Once ``busy()`` says other processes took the CPUs meanwhile, two rounds are enough: the figures will be flagged
+    and measured again, so more rounds would only keep a busy machine busier; the per-width minimum of the last two."""
     last = measure()
     spread = 0.0
     for rounds in range(2, max_rounds + 1):
         now = measure()
         spread = max(max(abs(now[n] - last[n]) - NOISE_S, 0.0) / min(now[n], last[n]) for n in now)
-        if spread <= agree:
+        if spread <= agree or busy():
             return {n: min(now[n], last[n]) for n in now}, rounds, spread
         last = now
     return last, max_rounds, spread
 
 
 def measure_step_costs(target: Runner | Callable[[], Runner], draft: Runner | Callable[[], Runner],
-                       repeats: int = 2, step: Callable = run_now) -> tuple[StepCosts, float]:
+                       repeats: int = 2, step: Callable = run_now,
+                       busy: Callable[[], bool] = lambda: False) -> tuple[StepCosts, float]:
     """StepCosts from timed forwards, in rounds until two agree (:func:`agreed_costs`): the target at 1..16 new
     tokens (its curve), the draft at 1 (a drafted token) and at CATCH_UP_TOKENS (its catch-up, per token); and the
     larger spread of their last two rounds (a machine too busy to repeat its timings spreads them wide).
 
     ``step`` runs each width's timings as one piece (a server passes its model lock, so a request waits for one
     piece at most); a runner given as a callable is asked for anew in each piece (a pooled one, which a request may
-    have used in between: forward_costs prefills its context again)."""
+    have used in between: forward_costs prefills its context again). ``busy()``: other processes took the CPUs
+    meanwhile (two rounds are then enough: :func:`agreed_costs`)."""
     def timed(runner, widths: list[int]) -> dict[int, float]:
         of = runner if callable(runner) else (lambda: runner)
         return {n: step(lambda: forward_costs(of(), STEP_COST_CONTEXT, [n], repeats)[n]) for n in widths}
 
-    verify, _, verify_spread = agreed_costs(lambda: timed(target, list(STEP_COST_TOKENS)))
+    verify, _, verify_spread = agreed_costs(lambda: timed(target, list(STEP_COST_TOKENS)), busy=busy)
     a, b = fit_line(list(verify), list(verify.values()))
-    drafted, _, draft_spread = agreed_costs(lambda: timed(draft, [1, CATCH_UP_TOKENS]))
+    drafted, _, draft_spread = agreed_costs(lambda: timed(draft, [1, CATCH_UP_TOKENS]), busy=busy)
     costs = StepCosts(verify_fixed_s=a, verify_per_token_s=b, draft_per_token_s=drafted[1],
                       verify_table=tuple(sorted(verify.items())),
                       catch_up_per_token_s=drafted[CATCH_UP_TOKENS] / CATCH_UP_TOKENS)

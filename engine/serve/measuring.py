@@ -138,7 +138,8 @@ def measure_pair(target: LoadedModel, draft: LoadedModel, step: Callable,
                  watch: CpuWatch | None = None) -> LoadChecks:
     """Every load-time figure of the pair, one ``step`` a piece, and whether the machine was quiet meanwhile."""
     watch = (watch or CpuWatch()).start()
-    costs, spread = measure_step_costs(lambda: runner_for(target), lambda: runner_for(draft), step=step)
+    costs, spread = measure_step_costs(lambda: runner_for(target), lambda: runner_for(draft), step=step,
+                                       busy=lambda: (watch.others_share() or 0.0) > BUSY_SHARE)
     identity = check_identity(target, step)
     speed = target_speed(target, step)
     return LoadChecks(costs, identity, speed, time.strftime("%Y-%m-%d %H:%M"),

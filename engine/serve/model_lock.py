@@ -19,6 +19,7 @@ all its pieces in that one thread: a first forward on a new thread costs more, s
 from __future__ import annotations
 
 import contextvars
+import math
 import threading
 import time
 from collections import deque
@@ -90,7 +91,9 @@ class ModelLock:
     def __init__(self, clock: Callable[[], float] = time.monotonic):
         self._lock = FairLock()  # one piece of work on the models at a time, in turn
         self._clock = clock
-        self._used_at = clock()  # when work other than a measurement last let go of the models
+        # when work other than a measurement last let go of the models: never yet, so a new pair's measurement starts
+        # at once (a request arriving after it waits for one piece at most)
+        self._used_at = -math.inf
 
     def over(self, models: Collection[LoadedModel], what: str) -> Held:
         """The lock for work on ``models``: a live collection (a pool's ``values()``) names what it holds when
@@ -101,8 +104,9 @@ class ModelLock:
         self._used_at = self._clock()
 
     def idle_for(self) -> float:
-        """Seconds since work other than a measurement last used the models; 0 while any work holds or waits for
-        them. The load-time measurements run their pieces only after a while of this (engine/serve/measuring.py)."""
+        """Seconds since work other than a measurement last used the models (infinite before any did); 0 while any
+        work holds or waits for them. The load-time measurements run their pieces only after a while of this
+        (engine/serve/measuring.py)."""
         if not self._lock.free():
             return 0.0
         return max(0.0, self._clock() - self._used_at)

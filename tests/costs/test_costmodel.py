@@ -294,3 +294,6 @@ def test_load_time_costs_are_measured_until_two_rounds_agree():
     tiny = iter([{1: 0.003}, {1: 0.0045}])  # a tiny model's forwards: a millisecond apart is noise, not load
     costs, n, spread = agreed_costs(lambda: next(tiny))
     assert n == 2 and spread == 0.0 and costs == {1: 0.003}
+    busy = iter([{1: 0.1}, {1: 0.2}, {1: 0.3}])  # rounds that will be flagged anyway: two are enough
+    costs, n, spread = agreed_costs(lambda: next(busy), busy=lambda: True)
+    assert n == 2 and spread == pytest.approx(0.098 / 0.1) and costs == {1: 0.1}

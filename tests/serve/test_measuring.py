@@ -1,6 +1,7 @@
 """Serve first, measure beside (engine/serve/measuring.py): a pair answers before its load-time figures are in, with
 target-only steps and the pair saying so; the figures' pieces wait for the models to be idle; a busy measurement is
 flagged, used for now and never kept; quiet figures are kept and read back by the next engine."""
+import itertools
 import json
 import threading
 
@@ -9,7 +10,7 @@ import pytest
 from engine.chat_engine import ChatEngine
 from engine.config import SamplingConfig, SpecConfig
 from engine.events import final_done
-from engine.models.load_checks import LoadChecks, TargetSpeed
+from engine.models.load_checks import LoadChecks, TargetSpeed, measure_step_costs
 from engine.serve import kept_figures, measuring
 from engine.serve.kept_figures import MeasuredStore
 from engine.serve.measuring import CpuWatch, busy_reason, idle_step, measure_pair
@@ -51,7 +52,6 @@ def test_the_cpu_watch_counts_what_other_processes_took():
 def test_a_piece_waits_until_no_request_has_used_the_models_for_a_while():
     clock = FakeClock()
     lock = ModelLock(clock=clock)
-    lock.run([], "while generating", lambda: None)  # a request just used the models
     slept = []
 
     def sleep(s):
@@ -59,6 +59,8 @@ def test_a_piece_waits_until_no_request_has_used_the_models_for_a_while():
         clock.now += s
 
     step = idle_step(lock, [], idle_s=1.0, sleep=sleep)
+    assert step(lambda: "first") == "first" and slept == []  # no request has used the models yet: no wait
+    lock.run([], "while generating", lambda: None)  # a request just used the models
     assert step(lambda: "done") == "done"
     assert sum(slept) == pytest.approx(1.0, abs=0.06)  # a second of quiet first
     slept.clear()
@@ -113,10 +115,16 @@ def test_a_busy_measurement_is_flagged_used_and_not_kept(tmp_path, monkeypatch):
     monkeypatch.setattr(measuring, "RETRY_S", 3600.0)  # the retry waits; the test ends first
     engine = ChatEngine(cache_dir=tmp_path)
     clock = FakeClock()
-    loaded = iter([(0.0, 0.0), (17.0, 2.0)])  # 10 s on 2 CPUs, this process 2 CPU-seconds, others 15: 75%
+    reads = itertools.count()  # each 10 s on 2 CPUs, this process 2 CPU-seconds, others 15: 75%
+    asked = []  # what the step costs' rounds were told: busy, so two rounds are enough
+
+    def costs_told(*args, busy, **kwargs):
+        asked.append(busy())
+        return measure_step_costs(*args, busy=busy, **kwargs)
+    monkeypatch.setattr(measuring, "measure_step_costs", costs_told)
 
     def busy_measure(target, draft, step):
-        watch = CpuWatch(read=lambda: next(loaded), clock=clock, cpus=2)
+        watch = CpuWatch(read=lambda: (lambda k: (17.0 * k, 2.0 * k))(next(reads)), clock=clock, cpus=2)
         checks = measure_pair(target, draft, step, watch=_advancing(watch, clock, 10.0))
         return checks
     engine.slot.measurer.measure = busy_measure
@@ -126,6 +134,7 @@ def test_a_busy_measurement_is_flagged_used_and_not_kept(tmp_path, monkeypatch):
     assert info.costs is not None and info.checks_flagged and "busy" in info.checks_note and "75%" in info.checks_note
     assert info.verify_mode in ("", "identical")  # a busy figure never prices the choice toward fastest
     assert not (tmp_path / "measured.json").exists()  # nothing kept
+    assert asked == [True]
     engine.slot.measurer.stop()
 
 

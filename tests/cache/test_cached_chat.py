@@ -12,6 +12,7 @@ from tests.helpers.constants import SMOL
 
 pytestmark = pytest.mark.real
 GREEDY = SamplingConfig(max_new_tokens=160)
+SHORT = SamplingConfig(max_new_tokens=48)  # the shared-Redis cases: the same decode on each server and secret
 SPEC = SpecConfig(k=4)
 
 
@@ -27,21 +28,21 @@ def engine(loaded, tmp_path):
     return engine
 
 
-def ask(engine, prompt, **kwargs):
-    events = list(engine.generate([{"role": "user", "content": prompt}], GREEDY, SPEC, **kwargs))
+def ask(engine, prompt, sampling=GREEDY, **kwargs):
+    events = list(engine.generate([{"role": "user", "content": prompt}], sampling, SPEC, **kwargs))
     assert events[0].type == "cache" and events[-1].type == "done"
     return events
 
 
-REFERENCES: dict[tuple[int, str], object] = {}  # (the target's id, prompt) -> its greedy target-only answer
+REFERENCES: dict[tuple[int, str, int], object] = {}  # (target's id, prompt, length) -> its greedy target-only answer
 
 
-def reference(engine, prompt):
-    """The target-only answer, decoded once per target and prompt (greedy: every test that compares with the same
-    prompt's gets the same tokens; the models live in the session's pool, so their ids are not reused)."""
-    key = (id(engine.target), prompt)
+def reference(engine, prompt, sampling=GREEDY):
+    """The target-only answer, decoded once per target, prompt and length (greedy: every test that compares with the
+    same prompt's gets the same tokens; the models live in the session's pool, so their ids are not reused)."""
+    key = (id(engine.target), prompt, sampling.max_new_tokens)
     if key not in REFERENCES:
-        REFERENCES[key] = list(engine.generate_reference([{"role": "user", "content": prompt}], GREEDY))[-1]
+        REFERENCES[key] = list(engine.generate_reference([{"role": "user", "content": prompt}], sampling))[-1]
     return REFERENCES[key]
 
 
@@ -110,9 +111,10 @@ def test_a_wrong_exact_hit_in_a_shared_redis_is_never_served_in_direct_mode(load
     engine.use_models(*loaded)
     prompt = "Write a Python function that adds two numbers."
     _plant(cache(None), engine, prompt)
-    events = ask(engine, prompt, cache=CacheConfig("direct"))
+    # 48 tokens hold the answer's function; the planted answer is 20 (served, it would be the whole answer)
+    events = ask(engine, prompt, SHORT, cache=CacheConfig("direct"))
     assert events[0].outcome == ("verified" if secret is None else "miss")
-    assert events[-1].token_ids == reference(engine, prompt).token_ids and "a - b" not in events[-1].text
+    assert events[-1].token_ids == reference(engine, prompt, SHORT).token_ids and "a - b" not in events[-1].text
 
 
 def test_verified_path_returns_the_target_answer_even_when_the_cached_answer_is_wrong(engine):

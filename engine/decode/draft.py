@@ -42,6 +42,15 @@ class Draft:
         return Draft(self.tokens[:n], self.q_probs[:n] if self.q_probs is not None else None, self.source,
                      self.evidence, self.fed)
 
+    def before(self, markers: frozenset[int]) -> Draft:
+        """A free draft up to its first token in ``markers`` (the tokenizer's special tokens: the chat template's
+        turn markers, the end of an answer); a model's draft as it is. Known text is the text of a prompt or an
+        answer: a lookup that runs on past a prompt's end would draft ``<|im_end|>``, the next turn's header and
+        the answer's own start, which the answer never repeats there (a 45-wide verify that took 1 token)."""
+        if not self.free or not markers:
+            return self
+        return self.truncate(next((i for i, t in enumerate(self.tokens) if t in markers), len(self.tokens)))
+
     @property
     def evidence_class(self) -> str:
         """What the k policy prices a free draft by: its source and its evidence."""

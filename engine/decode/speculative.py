@@ -37,8 +37,8 @@ def speculative_generate(target: Runner, proposer: Proposer, prompt_ids: list[in
         clock = StepClock(target)
         # 0. the step's budget: what it may draft, and why
         budget = k_policy.budget(stream.remaining, unseen=len(context) - pos, behind=proposer.behind(context))
-        # 1. propose, within the budget (a free draft cut to what its evidence pays)
-        draft, cut = budget.keep(proposer.propose(context, budget))
+        # 1. propose, within the budget (a free draft cut at a turn marker, then to what its evidence pays)
+        draft, cut = budget.keep(proposer.propose(context, budget).before(stream.special_ids))
         clock.lap()
         # 2. verify: one target forward over [tokens the target has not seen, *draft]
         fed = context[pos:] + draft.tokens

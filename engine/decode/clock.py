@@ -28,9 +28,14 @@ class StepClock:
     def lap(self) -> None:
         self._proposed = self._now()
 
-    def step(self, draft: Draft, n_accepted: int, n_fed: int) -> StepRecord:
+    def step(self, draft: Draft, n_accepted: int, n_fed: int, offered: Draft | None = None,
+             token: int | None = None) -> StepRecord:
+        """The step's record; ``offered``: the free draft before the budget cut it, and ``token`` the target's new
+        token, so a free draft cut to nothing still tells its class whether its first token was right."""
         end = self._now()
+        unverified = offered is not None and offered.free and not draft.tokens
         return StepRecord(n_drafted=len(draft), n_accepted=n_accepted, n_fed=n_fed,
                           draft_s=self._proposed - self._start, verify_s=end - self._proposed,
                           free=draft.free, source=draft.source,
-                          evidence=draft.evidence_class if draft.free else "", draft_fed=draft.fed)
+                          evidence=offered.evidence_class if unverified else draft.evidence_class if draft.free else "",
+                          draft_fed=draft.fed, unverified_agreed=offered.tokens[0] == token if unverified else None)

@@ -147,7 +147,9 @@ class FreeDrafts:
         return next((k for k in range(1, most + 1) if free.speedup(ALPHA_CEILING, k) > 1.0), 0)
 
     def update(self, step: StepRecord) -> None:
-        if step.free and step.n_drafted:
+        if step.unverified_agreed is not None:  # priced out, yet the target's token says how its first token did:
+            self._runs(step.evidence).spans.appendleft((int(step.unverified_agreed), False))  # a run of 1 at most
+        elif step.free and step.n_drafted:
             self._runs(step.evidence).spans.appendleft((step.n_accepted, not step.rejected))
             source = self.sources.setdefault(step.evidence.split("/")[0], _Counts())
             source.add(self.decay, step.n_accepted, step.rejected)

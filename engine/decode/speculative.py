@@ -38,14 +38,15 @@ def speculative_generate(target: Runner, proposer: Proposer, prompt_ids: list[in
         # 0. the step's budget: what it may draft, and why
         budget = k_policy.budget(stream.remaining, unseen=len(context) - pos, behind=proposer.behind(context))
         # 1. propose, within the budget (a free draft cut at a turn marker, then to what its evidence pays)
-        draft, cut = budget.keep(proposer.propose(context, budget).before(stream.special_ids))
+        offered = proposer.propose(context, budget).before(stream.special_ids)
+        draft, cut = budget.keep(offered)
         clock.lap()
         # 2. verify: one target forward over [tokens the target has not seen, *draft]
         fed = context[pos:] + draft.tokens
         p_target = logits_to_probs(target.forward(fed, n_logits=len(draft) + 1), sampling)  # (k+1, vocab)
         # 3. accept
         verdict = _verify(p_target, draft, sampling, generator)
-        step = clock.step(draft, verdict.n_accepted, len(fed))
+        step = clock.step(draft, verdict.n_accepted, len(fed), offered, verdict.token)
         k_policy.update(step)
         stats.record_step(step, budget, k_policy.costs, cut)
         # 4. roll back the target to the accepted prefix (the new token is fed next step)

@@ -29,6 +29,9 @@ class StepRecord:
     source: str = ""  # who drafted it (Draft.source): the stats count each source's acceptance apart
     evidence: str = ""  # a free draft's evidence class (Draft.evidence_class): FreeDrafts prices each apart
     draft_fed: int = 0  # tokens a draft model's forwards took (Draft.fed): its catch-up, then its own drafted tokens
+    # a free draft this step's budget cut to nothing (its class in ``evidence``): whether the target's token was its
+    # first, what a 1-token span would have shown at no cost; None where no free draft was priced out
+    unverified_agreed: bool | None = None
 
     @property
     def n_model_drafted(self) -> int:

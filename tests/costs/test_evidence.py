@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.config import SamplingConfig
+from engine.decode.draft import EMPTY_DRAFT, Draft
 from engine.decode.free_drafts import FreeDrafts
 from engine.decode.step import StepRecord
 from engine.decode.reference import reference_generate
@@ -135,3 +136,68 @@ def test_a_long_lookup_match_is_drafted_wide_and_dropped_when_the_answer_keeps_l
         free.update(free_step("lookup/following", free.limit(CURVE, "lookup/following"), 0))
         spans += 1
     assert spans <= 4
+
+
+def test_a_priced_out_class_whose_first_tokens_the_answer_takes_is_probed_narrowly_and_a_wrong_one_is_not():
+    """A free draft cut to nothing still says something: the target's plain token was its first or not. A class
+    priced out by its failures whose first tokens the answer then takes is probed 1 token wide at once (not after the
+    Backoff's 8 steps); one whose first tokens the answer does not take stays at 0."""
+    free = FreeDrafts()
+    for evidence in ("memory/following", "lookup/match-3"):
+        for _ in range(2):
+            free.update(free_step(evidence, 15, 0))
+        assert free.limit(CURVE, evidence) == 0
+    for agreed, evidence in ((True, "memory/following"), (False, "lookup/match-3")):
+        for _ in range(3):
+            free.update(StepRecord(n_drafted=0, n_accepted=0, n_fed=1, draft_s=0.0, verify_s=0.1, evidence=evidence,
+                                   unverified_agreed=agreed))
+    assert free.limit(CURVE, "memory/following") == 1
+    assert free.limit(CURVE, "lookup/match-3") == 0
+
+
+class PricedOut(OnThisCurve):
+    """Every free draft priced out; the steps the loop reports kept."""
+
+    def __init__(self):
+        super().__init__(64)
+        self.steps: list[StepRecord] = []
+
+    def _price(self, evidence: str, most: int) -> int:
+        return 0
+
+    def update(self, step: StepRecord) -> None:
+        self.steps.append(step)
+        super().update(step)
+
+
+class NoFallback:
+    """Nothing to draft once the prediction has no span: only the prediction's spans are offered."""
+    name = "none"
+
+    def reset(self, prompt_ids, sampling, generator) -> None:
+        pass
+
+    def behind(self, context_ids) -> int:
+        return 0
+
+    def propose(self, context_ids, budget) -> Draft:
+        return EMPTY_DRAFT
+
+
+def test_the_loop_tells_a_priced_out_draft_whether_its_first_token_was_the_targets():
+    """The steps the loop reports for a prediction priced out at every step: the answer itself as the prediction, each
+    says its first token was the target's; a prediction that leaves the answer after its first token, it was not."""
+    target, _ = tiny_pair(5)
+    prompt = [7, 8, 9, 10, 11, 12]
+    sampling = SamplingConfig(max_new_tokens=24, stop_on_eos=False)
+    reference = _tokens(run(reference_generate(cached(target), prompt, TokenStream(target.tokenizer, target.eos_ids,
+                                                                                   24, False), sampling)))
+    wrong = [reference[0], *((t + 1) % target.vocab_size for t in reference[1:])]  # its start, then never the answer
+    for prediction, agreed in ((reference, True), (wrong, False)):
+        policy = PricedOut()
+        events = run(speculative_generate(cached(target), PredictionProposer(prediction, NoFallback()), prompt,
+                                          TokenStream(target.tokenizer, target.eos_ids, 24, False), sampling, policy))
+        assert _tokens(events) == reference
+        offered = [s for s in policy.steps if s.unverified_agreed is not None]
+        assert len(offered) >= (12 if agreed else 1) and not any(s.n_drafted for s in policy.steps)
+        assert all(s.unverified_agreed is agreed and s.evidence.startswith("prediction/") for s in offered)

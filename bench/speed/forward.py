@@ -22,7 +22,8 @@ import statistics
 
 from tqdm.auto import tqdm
 
-from engine.backends.llama_cpp import FAST_SETTINGS, GgufSettings
+from engine.backends.llama_cpp import FAST_AS_STORED, GgufSettings
+from engine.config import VERIFY_MODES
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.models.load_checks import forward_costs
 from engine.costs.costmodel import fit_line
@@ -32,9 +33,8 @@ from engine.models.loading import default_device, load_model, quiet_library_logs
 from engine.serve.verify_mode import target_settings
 
 
-# fastest's K/V types with the weights as stored: what fastest runs where repacked weights do not (target_settings)
-AS_STORED = "fastest-as-stored"
-SETTINGS_NAMES = ("identical", "fastest", AS_STORED)
+AS_STORED = "fastest-as-stored"  # FAST_AS_STORED: what fastest runs where repacked weights do not (target_settings)
+SETTINGS_NAMES = (*VERIFY_MODES, AS_STORED)
 DEFAULT_PRECISIONS = {"cpu": ("int8-dynamic", "int8-weight", "bf16"), "cuda": ("bf16", "nf4"), "mps": ("bf16",)}
 
 
@@ -85,9 +85,7 @@ def mode_settings(backend, mode: str) -> GgufSettings | None:
     """The llama.cpp settings ``mode`` (SETTINGS_NAMES) runs ``backend``'s model with; None: not llama.cpp's."""
     if mode != AS_STORED:
         return target_settings(backend, mode)[0]
-    if target_settings(backend, "identical")[0] is None:
-        return None
-    return GgufSettings(cache_k=FAST_SETTINGS.cache_k, cache_v=FAST_SETTINGS.cache_v)
+    return FAST_AS_STORED if getattr(backend, "settings", None) is not None else None
 
 
 def format_rows(rows: list[dict], tokens: list[int]) -> str:

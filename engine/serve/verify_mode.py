@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from engine.backends import llama_cpp
-from engine.backends.llama_cpp import FAST_SETTINGS, GgufSettings
+from engine.backends.llama_cpp import FAST_AS_STORED, FAST_SETTINGS, GgufSettings
 from engine.config import DEFAULT_SPEC, FREE_SPAN, VERIFY_MODES
 from engine.costs.costmodel import StepCosts
 from engine.decode.identity import IdentityCheck
@@ -75,8 +75,7 @@ def target_settings(backend, mode: str) -> tuple[GgufSettings | None, str]:
         return FAST_SETTINGS, ("fastest runs the target with llama-server's settings: repacked weights and an f16 KV "
                                "cache, its forwards identical to target-only decoding up to rounding ties (the "
                                "identity line, measured with them)")
-    return (GgufSettings(cache_k=FAST_SETTINGS.cache_k, cache_v=FAST_SETTINGS.cache_v),
-            f"fastest runs the target with an f16 KV cache but its weights as stored: {fault}")
+    return (FAST_AS_STORED, f"fastest runs the target with an f16 KV cache but its weights as stored: {fault}")
 
 
 def best_speed(costs: StepCosts, most_k: int) -> tuple[int, float]:

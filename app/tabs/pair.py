@@ -50,8 +50,8 @@ def create(pair: PairInfo | None) -> PairPanel:
         remeasure = gr.Button("Re-measure", elem_id="remeasure", scale=1, min_width=90)
     verify = gr.Radio(list(VERIFY_MODES), value=(pair.verify_mode or None) if pair else None, label="Verify widths",
                       info="identical: an adaptive k keeps to the widest verify measured bit-identical; fastest: "
-                           "up to k 16, and a llama.cpp target runs with llama-server's settings (repacked weights, "
-                           "f16 KV cache: identical up to ties, measured on the pair line)", elem_id="verify-mode")
+                           "up to k 16, and a llama.cpp target runs with an f16 KV cache on repacked or stored weights, "
+                           "whichever is timed faster here (identical up to ties, measured on the pair line)", elem_id="verify-mode")
     status = gr.HTML(elem_id="pair-status")
     poll = gr.Timer(POLL_S, active=bool(pair and pair.measuring))
     return PairPanel(target=target_box, target_precision=target_prec, draft=draft_box, draft_precision=draft_prec,

@@ -9,9 +9,10 @@ bf16 and nf4 on a CUDA GPU (fp16 for bf16 where the GPU has none), bf16 on Apple
 Prints one row per (model, precision) with the median milliseconds at each n and the fitted t(n) = a + b*n,
 and the detected machine. Rerun it with ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` to see an
 AVX2-only CPU. Models are loaded one at a time. ``--verify-modes`` measures a GGUF model under the llama.cpp settings
-each verify mode runs it with (engine/serve/verify_mode.py ``target_settings``: ``fastest`` repacks the weights where
-they run; ``fastest-as-stored``: its K/V types with the weights as stored): with ``--context 0`` and a wide n (256)
-a row's widest forward is a prompt's prefill.
+each verify mode runs it with (engine/serve/verify_mode.py ``target_settings``: ``fastest`` runs the weights repacked
+or as stored, whichever engine/models/repack_probe.py times cheaper here) and fastest's two candidates
+(``fastest-as-stored``; ``fastest-repacked``, where repacked weights run here): with ``--context 0`` and a wide n
+(256) a row's widest forward is a prompt's prefill.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import statistics
 
 from tqdm.auto import tqdm
 
-from engine.backends.llama_cpp import FAST_AS_STORED, GgufSettings
+from engine.backends.llama_cpp import FAST_AS_STORED, FAST_SETTINGS, GgufSettings, repack_fault
 from engine.config import VERIFY_MODES
 from engine.models.catalog import DEFAULT_DRAFT, DEFAULT_TARGET
 from engine.models.load_checks import forward_costs
@@ -33,8 +34,10 @@ from engine.models.loading import default_device, load_model, quiet_library_logs
 from engine.serve.verify_mode import target_settings
 
 
-AS_STORED = "fastest-as-stored"  # FAST_AS_STORED: what fastest runs where repacked weights do not (target_settings)
-SETTINGS_NAMES = (*VERIFY_MODES, AS_STORED)
+# fastest's two candidates, whichever it runs here (target_settings, engine/models/repack_probe.py): FAST_AS_STORED,
+# and FAST_SETTINGS (repacked weights, where they run here: repack_fault)
+AS_STORED, REPACKED = "fastest-as-stored", "fastest-repacked"
+SETTINGS_NAMES = (*VERIFY_MODES, AS_STORED, REPACKED)
 DEFAULT_PRECISIONS = {"cpu": ("int8-dynamic", "int8-weight", "bf16"), "cuda": ("bf16", "nf4"), "mps": ("bf16",)}
 
 
@@ -83,9 +86,11 @@ def measure(models: list[str], precisions: list[str], tokens: list[int], context
 
 def mode_settings(backend, mode: str) -> GgufSettings | None:
     """The llama.cpp settings ``mode`` (SETTINGS_NAMES) runs ``backend``'s model with; None: not llama.cpp's."""
-    if mode != AS_STORED:
+    if getattr(backend, "settings", None) is None or mode not in (AS_STORED, REPACKED):
         return target_settings(backend, mode)[0]
-    return FAST_AS_STORED if getattr(backend, "settings", None) is not None else None
+    if mode == AS_STORED:
+        return FAST_AS_STORED
+    return FAST_SETTINGS if repack_fault(backend.path) is None else None
 
 
 def format_rows(rows: list[dict], tokens: list[int]) -> str:
@@ -109,8 +114,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--role", choices=("target", "draft"), default="target",
                         help="load the models as this role (int4: a draft re-quantises the GGUF's 5/6/8-bit tensors)")
     parser.add_argument("--verify-modes", default="", help="e.g. identical,fastest: a GGUF model under the llama.cpp "
-                        "settings each verify mode runs it with (fastest: repacked weights where they run; "
-                        f"{AS_STORED}: fastest's K/V types, the weights as stored)")
+                        "settings each verify mode runs it with (fastest: repacked or stored weights, whichever is "
+                        f"timed cheaper here) and fastest's two candidates ({AS_STORED}, {REPACKED})")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
     tokens = [int(n) for n in args.tokens.split(",")]

@@ -56,11 +56,12 @@ class GgufSettings:
     max_idle: int = 2
 
 
-# the fastest verify mode's settings (llama-server's defaults): repacked weights, where ``repack_fault`` finds that they
-# run (a one-token forward 1.2-1.45x faster on Zen 5, level on Zen 4), and an f16 KV cache, whose flash attention takes
-# ggml's split-KV and tiled paths (cheaper verifies at depth); identical to one-token forwards only up to rounding ties
+# the fastest verify mode's settings (llama-server's defaults): repacked weights and an f16 KV cache, whose flash
+# attention takes ggml's split-KV and tiled paths (cheaper verifies at depth); identical to one-token forwards only up
+# to rounding ties. Fastest runs them where engine/models/repack_probe.py times them cheaper than the weights as stored
+# (a one-token forward 1.37x faster on Zen 5; slower on Zen 3, prefill too) and where they run (``repack_fault``)
 FAST_SETTINGS = GgufSettings(repack=True, cache_k="f16", cache_v="f16")
-# what fastest runs where repacked weights do not run: its KV cache, the weights as stored
+# fastest's other settings: its KV cache, the weights as stored
 FAST_AS_STORED = GgufSettings(cache_k=FAST_SETTINGS.cache_k, cache_v=FAST_SETTINGS.cache_v)
 
 

@@ -7,9 +7,10 @@ a wider verify may be cheaper per token but is identical only up to rounding tie
 costs measured at load, for a free draft (a lookup, a prediction) accepted ``ALPHA`` of the time, the case where
 long drafts pay; the default is ``identical`` unless it would cost more than ``TOLERANCE`` of that speed.
 
-Choosing ``fastest`` for a target llama.cpp runs also runs it with llama-server's settings (``FAST_SETTINGS``:
-repacked weights where they run on this machine, an f16 KV cache), which make its every forward faster but keep
-wider verifies identical to one-token forwards at fewer positions; ``identical`` runs it with the app's
+Choosing ``fastest`` for a target llama.cpp runs also runs it with an f16 KV cache, on llama.cpp's repacked
+weights or on the weights as stored, whichever a child process times cheaper for an answer on this machine
+(engine/models/repack_probe.py: repacked won on Zen 5, lost on Zen 3); its forwards are faster but wider verifies
+are identical to one-token forwards at fewer positions; ``identical`` runs it with the app's settings
 (``GgufSettings()``). The switch loads the file again with the other settings and measures them as a load does
 (engine/serve/pair_slot.py).
 """
@@ -17,12 +18,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from engine.backends import llama_cpp
-from engine.backends.llama_cpp import FAST_AS_STORED, FAST_SETTINGS, GgufSettings
+from engine.backends.llama_cpp import GgufSettings
 from engine.config import DEFAULT_SPEC, FREE_SPAN, VERIFY_MODES
 from engine.costs.costmodel import StepCosts
 from engine.decode.identity import IdentityCheck
 from engine.models.load_checks import LoadChecks
+from engine.models import repack_probe
 from engine.models.loading import LoadedModel
 from engine.errors import InvalidSettingError
 
@@ -64,18 +65,19 @@ def check_mode(mode: str) -> None:
 
 def target_settings(backend, mode: str) -> tuple[GgufSettings | None, str]:
     """The llama.cpp settings a target on ``backend`` runs with in ``mode`` and, for ``fastest``, what they are and
-    why; (None, "") where llama.cpp does not run it (torch: one runner for both modes). Repacked weights only where
-    ``repack_fault`` (a child process that loads them) finds that they run here."""
+    why; (None, "") where llama.cpp does not run it (torch: one runner for both modes). ``fastest`` runs an f16 KV
+    cache on repacked weights or the weights as stored, whichever ``fastest_weights`` (a child process that times
+    both) finds cheaper here; as stored where repacked weights do not run."""
     if getattr(backend, "settings", None) is None:
         return None, ""
     if mode != FASTEST:
         return GgufSettings(), ""
-    fault = llama_cpp.repack_fault(backend.path)
-    if fault is None:
-        return FAST_SETTINGS, ("fastest runs the target with llama-server's settings: repacked weights and an f16 KV "
-                               "cache, its forwards identical to target-only decoding up to rounding ties (the "
-                               "identity line, measured with them)")
-    return (FAST_AS_STORED, f"fastest runs the target with an f16 KV cache but its weights as stored: {fault}")
+    settings, why, fault = repack_probe.fastest_weights(backend.path)
+    if fault is not None:
+        return settings, f"fastest runs the target with an f16 KV cache but its weights as stored: {fault}"
+    weights = "repacked weights (llama-server's settings)" if settings.repack else "its weights as stored"
+    return settings, (f"fastest runs the target with an f16 KV cache and {weights}, its forwards identical to "
+                      f"target-only decoding up to rounding ties (the identity line, measured with them); {why}")
 
 
 def best_speed(costs: StepCosts, most_k: int) -> tuple[int, float]:

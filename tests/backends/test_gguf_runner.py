@@ -166,17 +166,18 @@ def test_fastest_runs_a_gguf_target_with_llama_servers_settings_and_identical_go
     the app's settings, on the target it had while anything still holds it. Where repacked weights crash, fastest
     keeps the weights as stored and says why."""
     from engine.backends import llama_cpp
+    from engine.models import repack_probe
 
     engine = real_models.engine(SMOL, "gguf", SMOL, "gguf")
     plain = engine.target
-    fault = llama_cpp.repack_fault(plain.backend.path)
+    expected, why, fault = repack_probe.fastest_weights(plain.backend.path)
     fast = engine.set_verify_mode("fastest")
-    expected = llama_cpp.FAST_SETTINGS if fault is None else llama_cpp.GgufSettings(cache_v="f16")
+    assert expected in (llama_cpp.FAST_SETTINGS, llama_cpp.FAST_AS_STORED)
     assert engine.target is not plain and engine.target.backend.settings == expected
     assert engine.draft.backend.settings == llama_cpp.GgufSettings()  # the draft runs as loaded
     assert fast.verify_mode == "fastest" and not fast.measuring and fast.target_speed.decode_tokens_per_s > 0
-    assert f"repack {'on' if fault is None else 'off'}, KV cache K f16 V f16" in fast.runner
-    assert ("llama-server's settings" if fault is None else fault) in fast.verify_note
+    assert f"repack {'on' if expected.repack else 'off'}, KV cache K f16 V f16" in fast.runner
+    assert why in fast.verify_note and (fault is None) == ("measured here: repacked" in why)
     assert fast.identity_note.startswith(("verified bit-identical", "identical up to rounding ties"))
     done = [e for e in engine.generate([{"role": "user", "content": PROMPTS[0]}], SamplingConfig(max_new_tokens=16),
                                        SpecConfig(proposer="draft", k=3))][-1]
@@ -185,7 +186,9 @@ def test_fastest_runs_a_gguf_target_with_llama_servers_settings_and_identical_go
     assert engine.target is plain and "repack off, KV cache K f16 V bf16" in back.runner
     assert back.verify_mode in ("", "identical") and "llama-server's settings" not in back.verify_note
 
-    monkeypatch.setattr(llama_cpp, "repack_fault", lambda path: "llama.cpp died of SIGILL (planted)")
+    planted_fault = "llama.cpp died of SIGILL (planted)"
+    monkeypatch.setattr(repack_probe, "fastest_weights",
+                        lambda path: (llama_cpp.FAST_AS_STORED, planted_fault, planted_fault))
     planted = engine.set_verify_mode("fastest")
     assert engine.target.backend.settings == llama_cpp.GgufSettings(cache_v="f16")
     assert "weights as stored: llama.cpp died of SIGILL (planted)" in planted.verify_note
@@ -201,6 +204,7 @@ def test_a_loaded_pair_whose_figures_choose_fastest_goes_on_with_fastests_settin
     mid-suite, can spread past the busy bar, which would leave this test's outcome to the machine."""
     from engine.backends import llama_cpp
     from engine.chat_engine import ChatEngine
+    from engine.models import repack_probe
     from engine.serve import measuring, verify_mode
     from engine.serve.verify_mode import VerifyChoice
     from tests.helpers.server import link_models
@@ -213,11 +217,10 @@ def test_a_loaded_pair_whose_figures_choose_fastest_goes_on_with_fastests_settin
     link_models(cache_dir)
     engine = ChatEngine(cache_dir=cache_dir, measure_beside=False)
     info = engine.load_pair(SMOL, SMOL, "gguf", "gguf")
-    fault = llama_cpp.repack_fault(engine.target.backend.path)
-    expected = llama_cpp.FAST_SETTINGS if fault is None else llama_cpp.GgufSettings(cache_v="f16")
+    expected, why, _ = repack_probe.fastest_weights(engine.target.backend.path)
     assert engine.target.backend.settings == expected and engine.draft.backend.settings == llama_cpp.GgufSettings()
     assert info.verify_mode == "fastest" and not info.measuring and "V f16" in info.runner
-    assert ("llama-server's settings" if fault is None else fault) in info.verify_note
+    assert why in info.verify_note
     done = [e for e in engine.generate([{"role": "user", "content": PROMPTS[1]}], SamplingConfig(max_new_tokens=12),
                                        SpecConfig(proposer="draft", k=3))][-1]
     assert done.type == "done" and len(done.token_ids) == 12

@@ -108,16 +108,21 @@ def test_forward_costs_table_for_each_precision(capsys, tmp_path, role):
 
 @real
 def test_forward_costs_under_each_verify_modes_llama_cpp_settings(capsys, tmp_path):
-    """A GGUF model under the settings identical and fastest run it with, and fastest's K/V types with the weights
-    as stored: a wide forward at context 0 is a prompt's prefill (docs/bench.md compares them)."""
+    """A GGUF model under the settings identical and fastest run it with, and fastest's two candidates (the weights
+    as stored, repacked where they run here): a wide forward at context 0 is a prompt's prefill (docs/bench.md
+    compares them)."""
     from bench.speed.forward import main
+    from engine.backends.llama_cpp import repack_fault
+    from engine.models.sources import gguf_file
     out = tmp_path / "f.json"
-    main(["--models", SMOL, "--precisions", "gguf", "--verify-modes", "identical,fastest,fastest-as-stored",
-          "--tokens", "1,32", "--repeats", "1", "--context", "0", "--json", str(out)])
+    main(["--models", SMOL, "--precisions", "gguf", "--verify-modes",
+          "identical,fastest,fastest-as-stored,fastest-repacked", "--tokens", "1,32", "--repeats", "1",
+          "--context", "0", "--json", str(out)])
     rows = json.loads(out.read_text())["rows"]
-    assert [r["precision"] for r in rows] == ["gguf/identical", "gguf/fastest", "gguf/fastest-as-stored"]
+    repacked = ["gguf/fastest-repacked"] if repack_fault(gguf_file(SMOL)) is None else []
+    assert [r["precision"] for r in rows] == ["gguf/identical", "gguf/fastest", "gguf/fastest-as-stored", *repacked]
     assert all(r["ms"]["1"] > 0 and r["ms"]["32"] > 0 for r in rows)
     assert "gguf/fastest-as-stored" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["--models", SMOL, "--precisions", "gguf", "--verify-modes", "fastest,quickest"])
-    assert "--verify-modes takes identical, fastest, fastest-as-stored, not quickest" in capsys.readouterr().err
+    assert "--verify-modes takes identical, fastest, fastest-as-stored, fastest-repacked, not quickest" in capsys.readouterr().err

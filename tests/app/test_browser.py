@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import statistics
 
 import pytest
 
@@ -226,8 +227,11 @@ def test_an_idle_page_asks_for_a_few_frames_a_second_not_every_frame(page):
 def test_the_fiftieth_answer_costs_the_page_what_the_first_did(page):
     """Issue 46: the chat must not slow down as it grows. Fifty messages (the bench's 16 prompts cycled, the cache
     off so every answer is decoded, 16 new tokens each) in one chat; the page's own main-thread CPU seconds per token
-    (Chromium's clock, CDP Performance.getMetrics) over the last three answers are within 1.5x those over the first
-    three. A ratio of CPU seconds in one run, no wall-clock threshold."""
+    (Chromium's clock, CDP Performance.getMetrics), the median over the last sixteen answers, is within 1.5x the
+    median over the first sixteen: the same sixteen prompts each time, and a median, because one answer's figure
+    moves by 2x on a 2-core machine whose cores the model shares (a mean of three answers failed a quiet Zen 3 CI at
+    1.50x on one spike, answers 1-16 then 35-50 measured 26.0 and 30.0 ms a token). A ratio of CPU seconds in one
+    run, no wall-clock threshold."""
     from bench.speed.page_clock import PageClock
     from tests.helpers.prompts import eval_prompts
 
@@ -238,9 +242,11 @@ def test_the_fiftieth_answer_costs_the_page_what_the_first_did(page):
         before = clock.read()
         wait_answer(page, send(page, prompts[i % len(prompts)]))
         per_token.append(PageClock.spent(before, clock.read())["page_task_s"] / max(int(stat(page, "tokens")), 1))
-    first, last = sum(per_token[:3]) / 3, sum(per_token[-3:]) / 3
-    print(f"page task ms/token, answers 1-3: {1e3 * first:.1f}, answers 48-50: {1e3 * last:.1f}")
-    assert answers(page) == 50
+    cycle = len(prompts)
+    first, last = statistics.median(per_token[:cycle]), statistics.median(per_token[-cycle:])
+    print(f"page task ms/token, median of answers 1-{cycle}: {1e3 * first:.1f}, of answers {51 - cycle}-50: "
+          f"{1e3 * last:.1f}; each: {[round(1e3 * x, 1) for x in per_token]}")
+    assert answers(page) == 50 and cycle <= 25  # the two sets of answers do not overlap
     assert last <= 1.5 * first, [round(1e3 * x, 1) for x in per_token]
 
 

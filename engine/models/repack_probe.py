@@ -8,11 +8,14 @@ target 1.37x faster and a 256-token prefill 1.43x slower; on 2 Zen 3 cores (AVX2
 the process (a 2-core AMX VM: SIGILL at the first forward). Each setting is timed in alternation, round by round, so a
 busy machine slows both alike, and priced on an answer: ``ANSWER_WIDE`` forwards of ``WIDE`` tokens (a 256-token
 prompt's prefill costs about four 64-token forwards on both kinds) and ``ANSWER_ONE`` one-token forwards.
+
+A probe on a busy machine (other processes took more than ``BUSY_SHARE`` of the CPUs while the child timed) or one
+that outlasts its timeout chooses nothing: fastest keeps the weights as stored for that load, and the next load
+measures again. Only a quiet probe's choice, or a fault, is kept for the process.
 """
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import subprocess
 import sys
@@ -20,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.backends.llama_cpp import FAST_AS_STORED, FAST_SETTINGS, GgufModel, GgufSettings, died_of
+from engine.models.cpu_watch import BUSY_SHARE, CpuWatch
 from engine.models.load_checks import forward_costs
 
 CONTEXT = 64  # tokens cached before each timed forward
@@ -30,9 +34,11 @@ MARGIN = 0.03  # repacked only where it prices an answer at least this much chea
 SETTINGS = {"repacked": FAST_SETTINGS, "as stored": FAST_AS_STORED}
 
 
-def probe(path: str | Path) -> dict[str, dict[str, float]]:
+def probe(path: str | Path) -> dict:
     """Milliseconds of a one-token and a ``WIDE``-token forward after ``CONTEXT`` tokens for each of ``SETTINGS``:
-    the fastest of ``ROUNDS`` alternating rounds (this runs in the child process)."""
+    the fastest of ``ROUNDS`` alternating rounds, and ``others_share``: the share of all CPUs other processes took
+    while they were timed (None where the system does not say). This runs in the child process."""
+    watch = CpuWatch().start()
     runners = {}
     for name, settings in SETTINGS.items():
         model = GgufModel(path, replace(settings, n_ctx=CONTEXT + WIDE + 8, max_idle=1))
@@ -43,7 +49,8 @@ def probe(path: str | Path) -> dict[str, dict[str, float]]:
             timed = {**forward_costs(runner, CONTEXT, [1], repeats=3), **forward_costs(runner, CONTEXT, [WIDE], 1)}
             for n, seconds in timed.items():
                 best[name][n] = min(best[name].get(n, seconds), seconds)
-    return {name: {"one_ms": 1000 * t[1], "wide_ms": 1000 * t[WIDE]} for name, t in best.items()}
+    return {**{name: {"one_ms": 1000 * t[1], "wide_ms": 1000 * t[WIDE]} for name, t in best.items()},
+            "others_share": watch.others_share()}
 
 
 def answer_s(figures: dict[str, float]) -> float:
@@ -64,19 +71,37 @@ def choose(figures: dict[str, dict[str, float]]) -> tuple[GgufSettings, str]:
     return SETTINGS[pick], why
 
 
-@functools.lru_cache(maxsize=None)
+_KEPT: dict[Path, tuple[GgufSettings, str, str | None]] = {}  # settled choices: quiet figures or a fault
+
+
 def fastest_weights(path: Path, timeout_s: float = 600.0) -> tuple[GgufSettings, str, str | None]:
     """Fastest's llama.cpp settings for the GGUF file at ``path`` on this machine, why (the measured figures), and
-    the fault where repacked weights cannot run here (then the weights as stored, and the why is the fault)."""
-    done = subprocess.run([sys.executable, "-m", __name__, str(path)], capture_output=True, text=True,
-                          timeout=timeout_s)
+    the fault where repacked weights cannot run here (then the weights as stored, and the why is the fault). A busy
+    or timed-out probe keeps the weights as stored, says why, and is not kept: the next call measures again."""
+    if path in _KEPT:
+        return _KEPT[path]
+    name = Path(path).name
+    try:
+        done = subprocess.run([sys.executable, "-m", __name__, str(path)], capture_output=True, text=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return FAST_AS_STORED, (f"weights as stored: timing {name} repacked and as stored took over {timeout_s:.0f} s "
+                                f"here, so nothing was measured; the next load measures again"), None
     if done.returncode == 0:
-        return (*choose(json.loads(done.stdout.strip().splitlines()[-1])), None)
+        figures = json.loads(done.stdout.strip().splitlines()[-1])
+        others = figures.get("others_share")
+        if others is not None and others > BUSY_SHARE:
+            return FAST_AS_STORED, (f"weights as stored: other processes took {others:.0%} of the CPUs while "
+                                    f"{name} was timed repacked and as stored, so the figures price the machine's "
+                                    f"load; the next load measures again"), None
+        _KEPT[path] = (*choose(figures), None)
+        return _KEPT[path]
     if how := died_of(done.returncode):
-        fault = f"llama.cpp died of {how} at a forward of {Path(path).name} with repacked weights on this machine"
+        fault = f"llama.cpp died of {how} at a forward of {name} with repacked weights on this machine"
     else:
-        fault = f"llama.cpp could not run {Path(path).name} with repacked weights: {done.stderr.strip()[-300:]}"
-    return FAST_AS_STORED, fault, fault
+        fault = f"llama.cpp could not run {name} with repacked weights: {done.stderr.strip()[-300:]}"
+    _KEPT[path] = (FAST_AS_STORED, fault, fault)
+    return _KEPT[path]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,13 +14,13 @@ and measured again later (backing off); the verify mode's default is chosen from
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 import weakref
 from collections.abc import Callable
 
 from engine.config import SamplingConfig
+from engine.models.cpu_watch import BUSY_SHARE, CpuWatch
 from engine.models.load_checks import LoadChecks, TargetSpeed, check_identity, measure_step_costs
 from engine.models.loading import LoadedModel, runner_for
 from engine.models.prompt import encode_chat
@@ -31,7 +31,6 @@ from engine.start.decoders import start_reference
 log = logging.getLogger(__name__)
 
 IDLE_S = 1.0  # a piece runs only after the models have had no request for this long
-BUSY_SHARE = 0.25  # other processes taking more than this share of all CPUs make a measurement busy
 # timing rounds that still differ this much after every round: a machine too busy to repeat itself (a quiet 2-core
 # VM's rounds differ by up to a fifth at a width; noise within that is absorbed by taking the minimum)
 BUSY_SPREAD = 0.5
@@ -42,43 +41,6 @@ SPEED_PROMPTS = ("List the numbers from one to forty in words, separated by comm
                  "Name forty animals in alphabetical order, separated by commas.",
                  "Write the first forty multiples of seven, separated by commas.")
 SPEED_TOKENS, WARMUP_TOKENS = 32, 4
-
-
-# -- how busy the machine was ---------------------------------------------------------------------------------------
-def cpu_seconds() -> tuple[float, float] | None:
-    """(CPU seconds every process has used, CPU seconds this process has used), or None where the system does not
-    say (no /proc/stat)."""
-    try:
-        with open("/proc/stat", encoding="ascii") as stat:
-            values = [int(v) for v in stat.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    busy = sum(values[:8]) - values[3] - (values[4] if len(values) > 4 else 0)  # all but idle and iowait
-    mine = os.times()
-    return busy / os.sysconf("SC_CLK_TCK"), mine.user + mine.system
-
-
-class CpuWatch:
-    """The share of all CPUs that other processes took between ``start`` and ``others_share``."""
-
-    def __init__(self, read: Callable[[], tuple[float, float] | None] = cpu_seconds,
-                 clock: Callable[[], float] = time.monotonic, cpus: int | None = None):
-        self._read, self._clock, self.cpus = read, clock, cpus or os.cpu_count() or 1
-        self._start: tuple[float, tuple[float, float] | None] | None = None
-
-    def start(self) -> CpuWatch:
-        self._start = (self._clock(), self._read())
-        return self
-
-    def others_share(self) -> float | None:
-        """None where the system does not say."""
-        began, first = self._start
-        now = self._read()
-        wall = self._clock() - began
-        if first is None or now is None or wall <= 0:
-            return None
-        others = (now[0] - first[0]) - (now[1] - first[1])
-        return max(0.0, others) / (wall * self.cpus)
 
 
 def busy_reason(spread: float, others: float | None) -> str:

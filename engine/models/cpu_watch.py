@@ -10,6 +10,16 @@ from collections.abc import Callable
 BUSY_SHARE = 0.25  # other processes taking more than this share of all CPUs make a measurement busy
 
 
+def others_busy(others: float | None) -> bool:
+    """Whether other processes took more than ``BUSY_SHARE`` of all CPUs (None: the system does not say, not busy)."""
+    return others is not None and others > BUSY_SHARE
+
+
+def others_reason(others: float | None, during: str) -> str:
+    """"other processes took N% of the CPUs while ``during``" where they took more than ``BUSY_SHARE``; else ""."""
+    return f"other processes took {others:.0%} of the CPUs while {during}" if others_busy(others) else ""
+
+
 def cpu_seconds() -> tuple[float, float] | None:
     """(CPU seconds every process has used, CPU seconds this process has used), or None where the system does not
     say (no /proc/stat)."""

@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.backends.llama_cpp import FAST_AS_STORED, FAST_SETTINGS, GgufModel, GgufSettings, died_of
-from engine.models.cpu_watch import BUSY_SHARE, CpuWatch
+from engine.models.cpu_watch import CpuWatch, others_reason
 from engine.models.load_checks import forward_costs
 
 CONTEXT = 64  # tokens cached before each timed forward
@@ -89,11 +89,9 @@ def fastest_weights(path: Path, timeout_s: float = 600.0) -> tuple[GgufSettings,
                                 f"here, so nothing was measured; the next load measures again"), None
     if done.returncode == 0:
         figures = json.loads(done.stdout.strip().splitlines()[-1])
-        others = figures.get("others_share")
-        if others is not None and others > BUSY_SHARE:
-            return FAST_AS_STORED, (f"weights as stored: other processes took {others:.0%} of the CPUs while "
-                                    f"{name} was timed repacked and as stored, so the figures price the machine's "
-                                    f"load; the next load measures again"), None
+        if busy := others_reason(figures.get("others_share"), f"{name} was timed repacked and as stored"):
+            return FAST_AS_STORED, (f"weights as stored: {busy}, so the figures price the machine's load; the next "
+                                    f"load measures again"), None
         _KEPT[path] = (*choose(figures), None)
         return _KEPT[path]
     if how := died_of(done.returncode):

@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Callable
 
 from engine.config import SamplingConfig
-from engine.models.cpu_watch import BUSY_SHARE, CpuWatch
+from engine.models.cpu_watch import CpuWatch, others_busy, others_reason
 from engine.models.load_checks import LoadChecks, TargetSpeed, check_identity, measure_step_costs
 from engine.models.loading import LoadedModel, runner_for
 from engine.models.prompt import encode_chat
@@ -45,9 +45,7 @@ SPEED_TOKENS, WARMUP_TOKENS = 32, 4
 
 def busy_reason(spread: float, others: float | None) -> str:
     """Why a measurement's timings are not to be trusted; "" when the machine was quiet."""
-    reasons = []
-    if others is not None and others > BUSY_SHARE:
-        reasons.append(f"other processes took {others:.0%} of the CPUs while it ran")
+    reasons = [reason] if (reason := others_reason(others, "it ran")) else []
     if spread > BUSY_SPREAD:
         reasons.append(f"its last two timing rounds differed by {spread:.0%}")
     return "; ".join(reasons)
@@ -101,7 +99,7 @@ def measure_pair(target: LoadedModel, draft: LoadedModel, step: Callable,
     """Every load-time figure of the pair, one ``step`` a piece, and whether the machine was quiet meanwhile."""
     watch = (watch or CpuWatch()).start()
     costs, spread = measure_step_costs(lambda: runner_for(target), lambda: runner_for(draft), step=step,
-                                       busy=lambda: (watch.others_share() or 0.0) > BUSY_SHARE)
+                                       busy=lambda: others_busy(watch.others_share()))
     identity = check_identity(target, step)
     speed = target_speed(target, step)
     return LoadChecks(costs, identity, speed, time.strftime("%Y-%m-%d %H:%M"),

@@ -49,6 +49,14 @@ def test_the_cpu_watch_counts_what_other_processes_took():
     assert "differed by 80%" in busy_reason(0.8, 0.0)  # rounds that never came close: busy, whatever the watch says
 
 
+def test_one_bar_says_busy_for_the_load_and_the_repack_probe():
+    from engine.models.cpu_watch import BUSY_SHARE, others_busy, others_reason
+    assert not others_busy(BUSY_SHARE) and others_busy(BUSY_SHARE + 0.01) and not others_busy(None)
+    assert others_reason(BUSY_SHARE, "x ran") == "" and others_reason(None, "x ran") == ""
+    assert others_reason(0.6, "x ran") == "other processes took 60% of the CPUs while x ran"
+    assert busy_reason(0.0, 0.6) == others_reason(0.6, "it ran")  # the load's reason is the same sentence
+
+
 def test_a_piece_waits_until_no_request_has_used_the_models_for_a_while():
     clock = FakeClock()
     lock = ModelLock(clock=clock)

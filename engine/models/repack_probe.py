@@ -71,27 +71,33 @@ def choose(figures: dict[str, dict[str, float]]) -> tuple[GgufSettings, str]:
     return SETTINGS[pick], why
 
 
-_KEPT: dict[Path, tuple[GgufSettings, str, str | None]] = {}  # settled choices: quiet figures or a fault
+_KEPT: dict[Path, tuple[GgufSettings, str, str | None]] = {}  # settled choices by resolved path: quiet or a fault
 
 
-def fastest_weights(path: Path, timeout_s: float = 600.0) -> tuple[GgufSettings, str, str | None]:
+def _not_kept(why: str) -> tuple[GgufSettings, str, None]:
+    """The weights as stored for this load, and why nothing was kept: the next load measures again."""
+    return FAST_AS_STORED, f"weights as stored: {why}; the next load measures again", None
+
+
+def fastest_weights(path: str | Path, timeout_s: float = 600.0) -> tuple[GgufSettings, str, str | None]:
     """Fastest's llama.cpp settings for the GGUF file at ``path`` on this machine, why (the measured figures), and
     the fault where repacked weights cannot run here (then the weights as stored, and the why is the fault). A busy
-    or timed-out probe keeps the weights as stored, says why, and is not kept: the next call measures again."""
+    or timed-out probe keeps the weights as stored, says why, and is not kept: the next call measures again. One
+    file is one choice however its path is written."""
+    path = Path(path).resolve()
     if path in _KEPT:
         return _KEPT[path]
-    name = Path(path).name
+    name = path.name
     try:
         done = subprocess.run([sys.executable, "-m", __name__, str(path)], capture_output=True, text=True,
                               timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return FAST_AS_STORED, (f"weights as stored: timing {name} repacked and as stored took over {timeout_s:.0f} s "
-                                f"here, so nothing was measured; the next load measures again"), None
+        return _not_kept(f"timing {name} repacked and as stored took over {timeout_s:.0f} s here, so nothing was "
+                         f"measured")
     if done.returncode == 0:
         figures = json.loads(done.stdout.strip().splitlines()[-1])
         if busy := others_reason(figures.get("others_share"), f"{name} was timed repacked and as stored"):
-            return FAST_AS_STORED, (f"weights as stored: {busy}, so the figures price the machine's load; the next "
-                                    f"load measures again"), None
+            return _not_kept(f"{busy}, so the figures price the machine's load")
         _KEPT[path] = (*choose(figures), None)
         return _KEPT[path]
     if how := died_of(done.returncode):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -53,7 +54,7 @@ def test_the_probe_times_both_weights_on_a_real_file_and_fastest_takes_what_its_
         assert settings == FAST_AS_STORED and why == fault and "with repacked weights" in fault
         assert repack_fault(path) is not None
         return
-    if path not in repack_probe._KEPT:  # other processes took the CPUs while it timed: nothing chosen or kept
+    if Path(path).resolve() not in repack_probe._KEPT:  # other processes took the CPUs while it timed: nothing chosen or kept
         assert settings == FAST_AS_STORED and why.startswith("weights as stored: other processes took ")
     else:
         assert settings in (FAST_SETTINGS, FAST_AS_STORED) and why.startswith("measured here: repacked ")
@@ -70,11 +71,11 @@ def test_the_probe_times_both_weights_on_a_real_file_and_fastest_takes_what_its_
 
 def _child(monkeypatch, outcome) -> list[str]:
     """Plants the child process's outcome (its JSON figures, or an exception) under ``fastest_weights``; returns
-    the list each call's file name is added to. The real child is timed in the test above."""
+    the list each call's file is added to (the path the child was given, its name only). The real child is timed in the test above."""
     calls: list[str] = []
 
     def run(argv, **_):
-        calls.append(argv[-1])
+        calls.append(Path(argv[-1]).name)
         if isinstance(outcome, BaseException):
             raise outcome
         return subprocess.CompletedProcess(argv, 0, stdout=json.dumps(outcome) + "\n", stderr="")
@@ -93,12 +94,15 @@ def test_a_busy_or_timed_out_probe_keeps_the_weights_as_stored_and_the_next_load
         settings, why, fault = repack_probe.fastest_weights("model.gguf")
         assert settings == FAST_AS_STORED and fault is None
         assert why.startswith(f"weights as stored: other processes took {BUSY_SHARE + 0.2:.0%} of the CPUs ")
+        assert why.endswith("price the machine's load; the next load measures again")
     assert calls == ["model.gguf", "model.gguf"]
     calls = _child(monkeypatch, {**zen5, "others_share": BUSY_SHARE - 0.2})
     assert repack_probe.fastest_weights("model.gguf") == (*choose(zen5), None)
     assert repack_probe.fastest_weights("model.gguf")[0] == FAST_SETTINGS and calls == ["model.gguf"]
+    assert repack_probe.fastest_weights(Path("model.gguf").resolve()) == (*choose(zen5), None)  # one file, one choice
+    assert repack_probe.fastest_weights("./sub/../model.gguf")[0] == FAST_SETTINGS and calls == ["model.gguf"]
     calls = _child(monkeypatch, subprocess.TimeoutExpired(["probe"], 5.0))
     settings, why, fault = repack_probe.fastest_weights("model.gguf", timeout_s=5.0)
-    assert settings == FAST_AS_STORED and fault is None and "took over 5 s here, so nothing was measured" in why
+    assert settings == FAST_AS_STORED and fault is None and why.endswith("took over 5 s here, so nothing was measured; the next load measures again")
     repack_probe.fastest_weights("model.gguf", timeout_s=5.0)
     assert calls == ["model.gguf", "model.gguf"]

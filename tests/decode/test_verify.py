@@ -1,4 +1,5 @@
 """Pure verification math on hand-made distributions."""
+import pytest
 import torch
 
 from engine.decode.verify import verify_greedy, verify_rejection
@@ -54,6 +55,7 @@ def test_rejection_one_hot_draft_accepts_with_probability_p():
     assert all(v.token == 1 for v in verdicts if v.n_accepted == 0)
 
 
+@pytest.mark.slow  # a sampling distribution: 20,000 seeded verifies, 4-5 s on 2 cores
 def test_rejection_output_matches_target_distribution():
     """First-token marginal of rejection sampling equals p_target[0] whatever q is."""
     p = torch.tensor([0.1, 0.2, 0.3, 0.4])

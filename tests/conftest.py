@@ -103,8 +103,9 @@ class RealModels:
         """A new ChatEngine on the pooled models (``kwargs`` go to ChatEngine: cache, paraphrase_judge); a pair it
         loads later is measured before load_pair returns (nothing measures beside the next test)."""
         from engine.chat_engine import ChatEngine
+        from tests.helpers.pooled import use_pooled
         engine = ChatEngine(**{"measure_beside": False, **kwargs})
-        engine.use_models(self.model(target, target_precision), self.model(draft, draft_precision))
+        use_pooled(engine, self.model(target, target_precision), self.model(draft, draft_precision))
         return engine
 
 

@@ -9,6 +9,7 @@ from engine.cache.semantic_cache import SemanticCache
 from engine.chat_engine import ChatEngine
 from tests.helpers.redis_server import wait_until
 from tests.helpers.constants import SMOL
+from tests.helpers.pooled import use_pooled
 
 pytestmark = pytest.mark.real
 GREEDY = SamplingConfig(max_new_tokens=160)
@@ -24,7 +25,7 @@ def loaded(real_models):
 @pytest.fixture
 def engine(loaded, tmp_path):
     engine = ChatEngine(cache=SemanticCache(tmp_path / "cache", load_default_embedder()))
-    engine.use_models(*loaded)
+    use_pooled(engine, *loaded)
     return engine
 
 
@@ -89,7 +90,7 @@ def test_a_bf16_target_serves_its_own_answer_again_despite_rounding_ties(real_mo
     disagreement."""
     engine = ChatEngine(cache=SemanticCache(tmp_path / "cache", load_default_embedder()))
     # the draft is not what this is about: the pair test_identity_check measures, whose figures the pooled models keep
-    engine.use_models(real_models.model(SMOL, "int8-weight"), real_models.model(SMOL, "int8-dynamic"))
+    use_pooled(engine, real_models.model(SMOL, "int8-weight"), real_models.model(SMOL, "int8-dynamic"))
     prompt = "Reply with just the word yes."
     first = ask(engine, prompt)
     assert first[0].outcome == "miss" and first[-1].finish_reason == "eos"
@@ -108,7 +109,7 @@ def test_a_wrong_exact_hit_in_a_shared_redis_is_never_served_in_direct_mode(load
         return SemanticCache(RedisStore(redis_server.url, namespace=f"shared-{secret is None}"),
                              load_default_embedder(), secret=signing)
     engine = ChatEngine(cache=cache(secret))
-    engine.use_models(*loaded)
+    use_pooled(engine, *loaded)
     prompt = "Write a Python function that adds two numbers."
     _plant(cache(None), engine, prompt)
     # 48 tokens hold the answer's function; the planted answer is 20 (served, it would be the whole answer)
@@ -194,7 +195,7 @@ def test_a_failed_cache_write_never_costs_the_answer(loaded, tmp_path, monkeypat
     import diskcache
 
     engine = ChatEngine(cache=SemanticCache(tmp_path / "cache", load_default_embedder()))
-    engine.use_models(*loaded)
+    use_pooled(engine, *loaded)
 
     def disk_full(*args, **kwargs):
         raise sqlite3.OperationalError("database or disk is full")
@@ -211,7 +212,7 @@ def test_redis_killed_during_generation_still_delivers_the_answer(loaded, redis_
     server = RedisServer(redis_kind).start()
     try:
         engine = ChatEngine(cache=SemanticCache(RedisStore(server.url, namespace="gen"), load_default_embedder()))
-        engine.use_models(*loaded)
+        use_pooled(engine, *loaded)
         events = []
         for event in engine.generate([{"role": "user", "content": "Name a fruit."}], GREEDY, SPEC):
             events.append(event)
@@ -236,7 +237,7 @@ def test_two_engines_on_one_redis8_share_hits_and_a_redis_restart_loses_no_chat(
         one, two = (ChatEngine(cache=SemanticCache(RedisStore(server.url, namespace="app", retry_after_s=0.2),
                                                    load_default_embedder(), secret="s" * 32)) for _ in range(2))
         for engine in (one, two):
-            engine.use_models(*loaded)
+            use_pooled(engine, *loaded)
         assert one.cache.search.endswith("vector set") and "vector set" in two.cache_info().backend
         first = ask(one, "Name a planet.")
         assert first[0].outcome == "miss" and first[-1].finish_reason == "eos"

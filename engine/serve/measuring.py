@@ -45,7 +45,8 @@ SPEED_TOKENS, WARMUP_TOKENS = 32, 4
 
 def busy_reason(spread: float, others: float | None) -> str:
     """Why a measurement's timings are not to be trusted; "" when the machine was quiet."""
-    reasons = [reason] if (reason := others_reason(others, "it ran")) else []
+    reason = others_reason(others, "it ran")
+    reasons = [reason] if reason else []
     if spread > BUSY_SPREAD:
         reasons.append(f"its last two timing rounds differed by {spread:.0%}")
     return "; ".join(reasons)

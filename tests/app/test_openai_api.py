@@ -402,9 +402,11 @@ def test_api_key_is_required_when_set():
 KEY = "test-key-123"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def live_server(tmp_path_factory):
-    """launch.py with the key from a file (so it is not on the command line)."""
+    """launch.py with the key from a file (so it is not on the command line). One test's: a module's fixture would
+    keep it serving, and measuring its own pair, beside this module's later tests, whose real engine then measured
+    its pair busy in CI (2 Zen 3 cores: other processes took 27% of the CPUs; its rounds differed by 177%)."""
     from tests.helpers.server import SMOL_PAIR, launched
 
     cache_dir = tmp_path_factory.mktemp("speclens-api")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+import uuid
 from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
@@ -18,12 +19,14 @@ from app.settings import UISettings, cache_config, sampling_config, spec_config
 from app.tabs.controls import Controls
 from app.tabs.engine_queue import ENGINE, UNTRACKED
 from app.turn import Turn, trace_document, write_trace
-from app.views.render import error_html, error_message, info_html, legend_html, render_user
+from app.views.render import chat_write, error_html, error_message, info_html, legend_html, render_user
 from app.views.stats import SERIES_COLORS, acceptance_frame, render_stats, speedup_frame
 from engine.errors import EngineError
 
 LIVE_CLASSES = ("chat-live",)
-LIVE_JS = Path(__file__).resolve().parents[2] / "assets" / "live.js"  # the live box's script, read as the page is built
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+LIVE_JS = ASSETS / "live.js"  # the live box's script, read as the page is built
+CHAT_JS = ASSETS / "chat.js"  # the finished messages' script: a write appends, nothing is drawn again
 # the speedup plot's "theory" line is engine.costs.costmodel.StepCosts.speedup at each k (not a closed formula)
 THEORY_CAPTION = ("theory: (1-α^(k+1))/(1-α) tokens per step over the step's k·t_draft + t_verify(k+1), "
                   "times t_verify(1): this answer's α and draft time, and the measured verify curve t_verify(n) "
@@ -32,7 +35,7 @@ THEORY_CAPTION = ("theory: (1-α^(k+1))/(1-α) tokens per step over the step's k
 
 @dataclass(frozen=True)
 class ChatTab:
-    chatbot: gr.Chatbot  # the finished messages
+    chat: gr.HTML  # the finished messages: each write keeps the first n and appends the new (assets/chat.js)
     live: gr.HTML  # the answer while it streams, under the chat: a redraw never touches the earlier messages
     error_box: gr.HTML  # the race and the pair panel say their errors here too
     msg: gr.Textbox
@@ -66,16 +69,15 @@ def create(baseline: dict | None) -> ChatTab:
 def answer_views(tab: ChatTab) -> list:
     """The chat's answers, finished and streaming, with their own classes, for the "show rejected" and "answer
     view" switches."""
-    return [(tab.chatbot, []), (tab.live, list(LIVE_CLASSES))]
+    return [(tab.chat, []), (tab.live, list(LIVE_CLASSES))]
 
 
 def create_chat_panel(examples: list[list[str]], labels: list[str]) -> dict:
     """The chat's components by ChatTab field (the stats panel adds the rest)."""
     gr.HTML(legend_html(), elem_id="legend")
-    chatbot = gr.Chatbot(elem_id="chat", height=470, render_markdown=False, sanitize_html=True,
-                         latex_delimiters=[], allow_tags=False, feedback_options=None, buttons=["copy"],
-                         group_consecutive_messages=False, label="Chat", show_label=False,
-                         placeholder="Ask something. Each answer token is coloured by how it was produced.")
+    # the page keeps the messages (assets/chat.js); its text is already escaped HTML (app.views.render), so no
+    # sanitiser runs on it, and a write's value holds only the new messages, never the conversation
+    chat = gr.HTML(chat_write(0, [], "start"), elem_id="chat", js_on_load=CHAT_JS.read_text(encoding="utf-8"))
     live = gr.HTML(elem_id="chat-live", elem_classes=list(LIVE_CLASSES), js_on_load=LIVE_JS.read_text(encoding="utf-8"))
     error_box = gr.HTML(elem_id="error-box")
     with gr.Row(equal_height=True):
@@ -98,7 +100,7 @@ def create_chat_panel(examples: list[list[str]], labels: list[str]) -> dict:
     gr.Examples(examples, inputs=[msg], label="Examples (code and edits accept many draft tokens; poems and "
                                              "random lists accept few)", example_labels=labels,
                 examples_per_page=8)
-    return dict(chatbot=chatbot, live=live, error_box=error_box, msg=msg, prediction=prediction, send=send, stop=stop,
+    return dict(chat=chat, live=live, error_box=error_box, msg=msg, prediction=prediction, send=send, stop=stop,
                 regen=regen, clear=clear, export=export, trace_file=trace_file, history=gr.State([]),
                 shown=gr.State([]), trace=gr.State({}), pending=gr.State(None))
 
@@ -186,7 +188,7 @@ def _stream_answer(ctx: AppContext, tab: ChatTab, *, history: list[dict], shown:
         yield {tab.stats: render_stats(turn.stats, turn.cache, baseline, _status(turn)),
                tab.live: live_box(question, answer),
                tab.pending: {"shown": [*shown, {"role": "user", "content": question},
-                                       {"role": "assistant", "content": answer}],
+                                       {"role": "assistant", "content": answer, "text": turn.text}],
                              "history": [*messages, {"role": "assistant", "content": turn.text}],
                              "trace": doc, "stats": turn.stats, "baseline": baseline}}
     finally:
@@ -199,7 +201,9 @@ def join_answer(tab: ChatTab, pending: dict | None) -> dict:
     cancelled stream, Clear): only the empty slot is written again (Gradio refuses an empty dict as a partial update)."""
     if not pending:
         return {tab.pending: None}
-    return {tab.chatbot: pending["shown"], tab.live: "", tab.shown: pending["shown"], tab.history: pending["history"],
+    shown = pending["shown"]
+    write = chat_write(len(shown) - 2, shown[-2:], uuid.uuid4().hex)
+    return {tab.chat: write, tab.live: "", tab.shown: pending["shown"], tab.history: pending["history"],
             tab.trace: pending["trace"], tab.accept_plot: acceptance_frame(pending["stats"]),
             tab.speed_plot: speedup_frame(pending["stats"], pending["baseline"]), tab.pending: None}
 
@@ -242,7 +246,8 @@ def make_handlers(ctx: AppContext, tab: ChatTab, controls: Controls) -> dict:
     def clear(request: gr.Request):
         ctx.cancels.cancel(session_id(request))
         empty_stats = render_stats(None, None, ctx.speed(ctx.pair()))
-        return ([], "", [], [], {}, error_html(None), empty_stats, acceptance_frame(None), speedup_frame(None, None),
+        return (chat_write(0, [], uuid.uuid4().hex), "", [], [], {}, error_html(None), empty_stats,
+                acceptance_frame(None), speedup_frame(None, None),
                 gr.update(value=None, visible=False), None)
 
     def join(pending: dict | None):
@@ -269,7 +274,7 @@ def wire(ctx: AppContext, tab: ChatTab, controls: Controls) -> list:
     h = make_handlers(ctx, tab, controls)
     inputs = {*controls.settings_fields().values(), tab.msg, tab.prediction, tab.history, tab.shown}
     outputs = [tab.live, tab.stats, tab.msg, tab.error_box, tab.pending]  # what a frame may touch: nothing more
-    joined = [tab.chatbot, tab.live, tab.shown, tab.history, tab.trace, tab.accept_plot, tab.speed_plot, tab.pending]
+    joined = [tab.chat, tab.live, tab.shown, tab.history, tab.trace, tab.accept_plot, tab.speed_plot, tab.pending]
     # no progress overlay: the live box and the panel's status show the answer's progress, and an overlay's timer
     # would repaint the whole chat several times a second on the cores the model runs on; the live box alone shows
     # the minimal status (a queued answer's place in the queue)
@@ -281,7 +286,7 @@ def wire(ctx: AppContext, tab: ChatTab, controls: Controls) -> list:
     answered = [answer.then(h["join"], [tab.pending], joined, queue=False, api_visibility="private", **UNTRACKED)
                 for answer in (send, regen)]
     tab.stop.click(h["stop"], None, [tab.error_box], queue=False, api_visibility="private")
-    tab.clear.click(h["clear"], None, [tab.chatbot, tab.live, tab.shown, tab.history, tab.trace, tab.error_box,
+    tab.clear.click(h["clear"], None, [tab.chat, tab.live, tab.shown, tab.history, tab.trace, tab.error_box,
                                        tab.stats, tab.accept_plot, tab.speed_plot, tab.trace_file, tab.pending],
                     cancels=[send, regen], queue=False, api_name="clear", **UNTRACKED)
     tab.export.click(h["export"], [tab.trace], [tab.trace_file], api_name="export_trace")

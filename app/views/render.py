@@ -150,3 +150,18 @@ def info_html(message: str) -> str:
 
 def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def chat_write(keep: int, messages: list[dict], write_id: str) -> str:
+    """One write of the chat (a gr.HTML the page keeps, assets/chat.js): the page keeps its first ``keep`` messages
+    and appends ``messages`` ({"role", "content"}: content already escaped HTML, "text" the answer's plain text for
+    the copy button). A write carries only what changes, so its size does not grow with the conversation and the
+    finished messages are never drawn again. ``write_id`` makes each write a new value (Gradio skips an equal one)."""
+    rows = []
+    for m in messages:
+        role = "user" if m["role"] == "user" else "bot"
+        copy = (f'<button class="chat-copy" type="button" title="Copy the answer" data-text="{esc(m["text"])}">'
+                "⧉</button>" if m.get("text") is not None else "")
+        rows.append(f'<div class="chat-msg chat-{role}">{copy}{m["content"]}</div>')
+    return (f'<div class="chat-write" data-keep="{int(keep)}" data-write="{esc(write_id)}">'
+            f'{"".join(rows)}</div>')

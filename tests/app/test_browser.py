@@ -194,10 +194,14 @@ def test_a_streaming_answer_leaves_the_finished_messages_untouched(page):
     for prompt in ("Name three rivers.", "Name three mountains."):
         wait_answer(page, send(page, prompt))
     page.evaluate(WATCH_CHAT)
+    page.evaluate("() => document.querySelectorAll('#chat .chat-msg').forEach((m) => { m.__kept = true; })")
     wait_answer(page, send(page, "Write a Python function that reverses a string, with a docstring."))
     assert page.evaluate("() => window.__framesSeen") >= 2, "the live box did not redraw while streaming"
     assert page.evaluate("() => window.__chatTouched") == 0
     assert answers(page) == 3
+    # the join appended the new pair: the four earlier messages are the same nodes, not drawn again
+    assert page.evaluate("() => [...document.querySelectorAll('#chat .chat-msg')].map((m) => !!m.__kept)") == \
+        [True] * 4 + [False] * 2
 
 
 # true once a whole second passed in which the page asked for at most 10 animation frames (assets/page.js counts them)

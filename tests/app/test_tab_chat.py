@@ -38,9 +38,10 @@ def test_stream_answer_renders_tokens_stats_and_history(tmp_path):
     ctx = AppContext(FakeEngine(events), BaselineStore(tmp_path / "b.json"))
     updates = list(stream_answer(ctx, TAB, history=[], shown=[], prompt="hi", settings=UISettings(), session="s1"))
     last = join_answer(TAB, updates[-1]["pending"])
-    shown = last["chatbot"][-1]["content"]
+    shown = last["chat"]
     assert "tok-accepted" in shown and "tok-corrected" in shown
     assert_inert(shown)
+    assert 'data-text="ab"' in shown  # the copy button copies the answer's plain text, not its HTML
     assert last["history"][-1] == {"role": "assistant", "content": "ab"}
     assert "done (eos)" in updates[-1]["stats"] and last["live"] == "" and last["pending"] is None
     assert ctx.engine.calls[0]["cache"] == CacheConfig("verify", UISettings().cache_threshold)
@@ -130,7 +131,7 @@ def test_a_fast_answer_is_drawn_in_few_frames_and_the_last_shows_every_token(tmp
     assert len(drawn) == 2 and "w199" in updates[-1]["live"]  # the last write holds the whole answer
     assert sum("pending" in u for u in updates) == 1 and "pending" in updates[-1]
     joined = join_answer(TAB, updates[-1]["pending"])
-    assert "w199" in joined["chatbot"][-1]["content"] and joined["live"] == ""  # then it joins the chat
+    assert "w199" in joined["chat"] and joined["live"] == ""  # then it joins the chat
 
 
 def test_the_panel_redraws_at_its_own_slower_pace_and_its_last_frame_is_the_answers(tmp_path, monkeypatch):
@@ -216,7 +217,7 @@ def test_a_frame_never_carries_the_chat_and_its_size_does_not_grow_with_the_conv
     """The streaming event touches the live box and the panel only: the chat, its states and the plots are written
     once, by the join after the answer; a frame's payload is the same for the first answer and the fiftieth."""
     events = [CacheEvent("miss"), tok("a"), stats(), tok("b"), stats(), done()]
-    sizes = []
+    sizes, writes = [], []
     for earlier in (0, 50):
         shown = [{"role": r, "content": f"<div>message {i} " + "x" * 500 + "</div>"}
                  for i in range(earlier) for r in ("user", "assistant")]
@@ -226,5 +227,7 @@ def test_a_frame_never_carries_the_chat_and_its_size_does_not_grow_with_the_conv
                                      session="s1"))
         assert all(set(u) <= {"live", "stats", "msg", "error_box", "pending"} for u in updates)
         sizes.append([len(u.get("live", "")) + len(u.get("stats", "")) for u in updates])
-        assert len(join_answer(TAB, updates[-1]["pending"])["chatbot"]) == 2 * earlier + 2
-    assert sizes[0] == sizes[1]
+        joined = join_answer(TAB, updates[-1]["pending"])
+        assert len(joined["shown"]) == 2 * earlier + 2 and f'data-keep="{2 * earlier}"' in joined["chat"]
+        writes.append(len(joined["chat"]))
+    assert sizes[0] == sizes[1] and writes[0] == writes[1]  # the join writes the new pair only, not the chat

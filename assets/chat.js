@@ -8,10 +8,11 @@ log.className = "chat-log";
 log.setAttribute("role", "log");
 element.parentNode.insertBefore(log, element);
 element.style.display = "none";
+let last = null;  // the last write applied: a value Gradio draws again is not appended twice
 const apply = () => {
   const write = element.querySelector(".chat-write");
-  if (!write || write.dataset.applied) return;
-  write.dataset.applied = "1";
+  if (!write || write.dataset.write === last) return;
+  last = write.dataset.write;
   const keep = Number(write.dataset.keep) || 0;
   while (log.children.length > keep) log.lastElementChild.remove();
   const follows = log.scrollHeight - log.scrollTop - log.clientHeight < 80;  // at the bottom: stay there

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.util
+import logging
 import os
 import signal
 import subprocess
@@ -37,6 +38,7 @@ GGUF = "gguf"
 LOG_ENV = "SPECLENS_LLAMA_LOG"  # "1": llama.cpp's own log on stderr (silent otherwise)
 INSTALL_HINT = "'pip install llama-cpp-python==0.3.36' (builds llama.cpp for this CPU: docs/models.md)"
 _LOG_CALLBACK = None  # kept alive: llama.cpp calls it for every log line
+log = logging.getLogger(__name__)
 
 
 KV_TYPES = {"f32": 0, "f16": 1, "q8_0": 8, "bf16": 30}  # ggml_type's values for the KV cache's K and V tensors
@@ -174,6 +176,11 @@ class GgufModel:
         with self._lock:
             pick = self._pick(context_ids)
             idle = self._idle.pop(pick) if pick is not None else None
+        if log.isEnabledFor(logging.DEBUG):  # which conversation a request resumes, or which one it cuts
+            held = "a new context" if idle is None else \
+                f"an idle context holding {len(idle[2])} tokens ({common_prefix(idle[2], context_ids or [])} shared)"
+            log.debug("%s: a runner for %s takes %s", self.path.name,
+                      f"{len(context_ids)} prompt tokens" if context_ids else "an emptied context", held)
         ctx, batch, tokens, widths = idle or (*self._new_context(), [], [])
         runner = LlamaCppRunner(self, ctx, batch, vocab_size, tokens, widths)
         weakref.finalize(runner, self._release, ctx, batch, runner.tokens, runner.row_widths, context_ids is None)
@@ -182,21 +189,20 @@ class GgufModel:
     def _pick(self, context_ids: list[int] | None) -> int | None:
         """Which idle context a runner for ``context_ids`` takes (None: a new one), as llama-server keeps slots: one
         whose tokens the prompt goes on from (``GOES_ON``: a chat's next turn; an empty one counts); else a new one
-        while fewer than ``max_idle`` wait, so the conversations in them keep their place; else the one holding the
-        longest prefix of it, or with none, the least recently let go of. So a chat's next turn resumes its own
-        conversation though a script's request or a re-measure ran in between. A runner that empties its context
-        takes a new one while there is room, else the least recently let go of."""
-        room = len(self._idle) < self.settings.max_idle
-        if not context_ids:
-            return None if room else 0
-        shared = [common_prefix(tokens, context_ids) for _, _, tokens, _ in self._idle]
-        goes_on = [i for i, n in enumerate(shared) if n >= GOES_ON * len(self._idle[i][2])]
+        while fewer than ``max_idle`` wait, so the conversations in them keep their place; else the one whose reuse
+        costs least: the prompt's tokens it lacks (prefilled now) and the tokens it holds beyond the shared prefix
+        (lost: prefilled again if their conversation comes back), the least recently let go of on a tie. So a prompt
+        that shares only the chat template's opening with a long conversation (a re-measure's, a new chat's) takes a
+        short or empty context, not the conversation (llama-server moves a slot it would mostly lose to its prompt
+        cache instead). A runner that empties its context (no ``context_ids``) costs what the context holds."""
+        ids = context_ids or []
+        shared = [common_prefix(tokens, ids) for _, _, tokens, _ in self._idle]
+        goes_on = [i for i, n in enumerate(shared) if ids and n >= GOES_ON * len(self._idle[i][2])]
         if goes_on:
             return max(goes_on, key=lambda i: (shared[i], i))
-        if room:
+        if len(self._idle) < self.settings.max_idle:
             return None
-        best = max(range(len(shared)), key=lambda i: (shared[i], i))
-        return best if shared[best] else 0
+        return min(range(len(shared)), key=lambda i: (len(ids) + len(self._idle[i][2]) - 2 * shared[i], i))
 
     @contextmanager
     def forward_clock(self, total: list[float]) -> Iterator[list[float]]:

@@ -471,6 +471,43 @@ def test_a_runner_takes_the_idle_context_its_prompt_goes_on_from(smol):
     gc.collect()
 
 
+def test_an_unrelated_prompt_takes_the_context_it_costs_least_to_reuse_not_the_long_conversation(smol):
+    """No room, nothing to go on from: a prompt that shares only its opening (the chat template's system turn) with a
+    long conversation and a short one takes the short one, though the conversation was let go of last, and the
+    conversation's next turn finds it whole (the serving bench's re-measure cut the chat's context this way, and the
+    chat's next turn prefilled the whole conversation again)."""
+    import gc
+
+    backend = smol.backend
+    with backend._lock:
+        dropped, backend._idle[:] = backend._idle[:], []
+    for ctx, batch, *_ in dropped:
+        backend.lib.llama_batch_free(batch)
+        backend.lib.llama_free(ctx)
+    opening, conversation = [100, 101, 102], list(range(200, 240))
+    short = runner_for(smol, [*opening, 900])
+    short.forward([*opening, 900], n_logits=1)
+    chat = runner_for(smol, [*opening, *conversation])
+    chat.forward([*opening, *conversation], n_logits=1)
+    del short
+    gc.collect()
+    del chat  # the conversation is let go of last
+    gc.collect()
+    assert backend.idle_contexts == backend.settings.max_idle == 2
+    measuring = runner_for(smol, [*opening, 800, 801])
+    assert measuring.tokens == [*opening, 900]  # the short one: 3 shared, 1 lost; the chat's would lose 40
+    del measuring
+    gc.collect()
+    emptying = runner_for(smol)  # no prompt: the context holding least
+    assert len(emptying.tokens) == 4 and emptying.tokens[:3] == opening
+    del emptying
+    gc.collect()
+    turn = runner_for(smol, [*opening, *conversation, 300])
+    assert turn.tokens == [*opening, *conversation]
+    del turn
+    gc.collect()
+
+
 def test_a_request_goes_on_from_its_own_conversation_not_a_longer_match_it_would_cut(smol):
     """Two conversations that began alike: a script's history with another message after it (its primer), and a
     chat that answered the very message the script now sends. The script's request shares more tokens with the
